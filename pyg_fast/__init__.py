@@ -1,0 +1,49 @@
+"""pyg_fast: faster kernels for PyTorch Geometric models.
+
+Ops (``pyg_fast.ops``, also re-exported here) run on the compiled extension
+``pyg_fast._C`` through ``torch.ops.pyg_fast``; they work on CPU and CUDA, with
+autograd and under ``torch.compile``.
+"""
+from pyg_fast._loading import load_library, cuda_arch_list
+
+__version__ = "0.1.0"
+
+_LIBRARY_PATH = load_library()
+
+from pyg_fast.ops import (  # noqa: E402
+    index_segment_reduce,
+    index_weight_segment_reduce,
+    sddmm,
+    segment_reduce,
+)
+
+
+def show_config() -> str:
+    """Returns (and prints) versions and which kernels this build has."""
+    import torch
+    lines = [f"pyg_fast {__version__} ({_LIBRARY_PATH})", f"torch {torch.__version__}"]
+    try:
+        import torch_geometric
+        lines.append(f"torch_geometric {torch_geometric.__version__}")
+    except ImportError:
+        lines.append("torch_geometric not installed")
+    lines.append("CPU kernels: built")
+    archs = cuda_arch_list()
+    if archs:
+        lines.append("CUDA kernels: built for " + ", ".join(f"sm_{a // 10}" for a in archs))
+    else:
+        lines.append("CUDA kernels: not built")
+    lines.append(f"CUDA available to torch: {torch.cuda.is_available()}"
+                 + (f" ({torch.cuda.get_device_name()})" if torch.cuda.is_available() else ""))
+    try:
+        import torch_scatter
+        lines.append(f"torch_scatter {torch_scatter.__version__} (used as a benchmark baseline)")
+    except ImportError:
+        lines.append("torch_scatter not installed (optional)")
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
+__all__ = ["segment_reduce", "index_segment_reduce", "index_weight_segment_reduce", "sddmm",
+           "show_config", "cuda_arch_list"]

@@ -1,0 +1,3 @@
+import pyg_fast
+
+pyg_fast.show_config()

@@ -1,0 +1,64 @@
+// Argument checks shared by the op bindings (CPU and CUDA).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+#include <string>
+
+#include "reduce.h"
+
+namespace pyg_fast {
+
+inline Reduce parse_reduce(const std::string& reduce) {
+  if (reduce == "sum" || reduce == "add") return Reduce::Sum;
+  if (reduce == "mean") return Reduce::Mean;
+  if (reduce == "max" || reduce == "amax") return Reduce::Max;
+  if (reduce == "min" || reduce == "amin") return Reduce::Min;
+  TORCH_CHECK_VALUE(false, "pyg_fast: reduce must be one of 'sum', 'mean', 'max', 'min', got '",
+                    reduce, "'");
+}
+
+inline void check_ptr(const at::Tensor& ptr) {
+  TORCH_CHECK_VALUE(ptr.dim() == 1 && ptr.numel() >= 1,
+                    "pyg_fast: 'ptr' must be a non-empty 1-D tensor, got shape ", ptr.sizes());
+  TORCH_CHECK_TYPE(ptr.scalar_type() == at::kLong, "pyg_fast: 'ptr' must be int64, got ",
+                   ptr.scalar_type());
+  TORCH_CHECK_VALUE(ptr.is_contiguous(), "pyg_fast: 'ptr' must be contiguous");
+}
+
+inline void check_index(const at::Tensor& index, const char* name) {
+  TORCH_CHECK_VALUE(index.dim() == 1, "pyg_fast: '", name, "' must be 1-D, got shape ",
+                    index.sizes());
+  TORCH_CHECK_TYPE(index.scalar_type() == at::kLong, "pyg_fast: '", name,
+                   "' must be int64, got ", index.scalar_type());
+  TORCH_CHECK_VALUE(index.is_contiguous(), "pyg_fast: '", name, "' must be contiguous");
+}
+
+inline void check_floating(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_TYPE(at::isFloatingType(t.scalar_type()), "pyg_fast: '", name,
+                   "' must be a floating point tensor, got ", t.scalar_type());
+  TORCH_CHECK_VALUE(t.is_contiguous(), "pyg_fast: '", name, "' must be contiguous");
+}
+
+inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const char* na,
+                              const char* nb) {
+  TORCH_CHECK_VALUE(a.device() == b.device(), "pyg_fast: '", na, "' is on ", a.device(),
+                    " but '", nb, "' is on ", b.device());
+}
+
+// Optional per-edge weight of shape [E, H] for features of size F = H * D.
+inline void check_edge_weight(const at::Tensor& weight, const at::Tensor& x, int64_t num_edges,
+                              int64_t num_features) {
+  check_floating(weight, "weight");
+  check_same_device(weight, x, "weight", "x");
+  TORCH_CHECK_TYPE(weight.scalar_type() == x.scalar_type(),
+                   "pyg_fast: 'weight' must have the dtype of 'x' (", x.scalar_type(), "), got ",
+                   weight.scalar_type());
+  TORCH_CHECK_VALUE(weight.dim() == 2 && weight.size(0) == num_edges && weight.size(1) >= 1 &&
+                        num_features % weight.size(1) == 0,
+                    "pyg_fast: 'weight' must have shape [E, H] with E = ", num_edges,
+                    " and H dividing the feature size ", num_features, ", got ", weight.sizes());
+}
+
+}  // namespace pyg_fast

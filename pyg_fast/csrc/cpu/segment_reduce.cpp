@@ -1,0 +1,100 @@
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <torch/library.h>
+
+#include "../ops/segment_reduce.h"
+#include "segment_walk.h"
+
+namespace pyg_fast::cpu {
+namespace {
+
+at::Tensor segment_reduce(const at::Tensor& src, const at::Tensor& ptr, c10::string_view reduce,
+                          c10::IntArrayRef /*config: CUDA only*/) {
+  check_segment_reduce_args(src, ptr);
+  const Reduce op = parse_reduce(std::string(reduce));
+  const int64_t B = src.size(0), E = src.size(1), F = src.size(2), V = ptr.numel() - 1;
+  auto out = at::empty({B, V, F}, src.options());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "segment_reduce", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const scalar_t* s = src.const_data_ptr<scalar_t>();
+    scalar_t* o = out.mutable_data_ptr<scalar_t>();
+    PF_DISPATCH_REDUCE(op, [&] {
+      for_each_segment<acc_t, R>(
+          ptr.const_data_ptr<int64_t>(), B, V, F, E,
+          [&](acc_t* acc, int64_t b, int64_t, int64_t e) {
+            const scalar_t* row = s + (b * E + e) * F;
+            for (int64_t f = 0; f < F; ++f)
+              acc[f] = Reducer<R, acc_t>::update(acc[f], static_cast<acc_t>(row[f]));
+          },
+          [&](const acc_t* acc, int64_t b, int64_t r, int64_t count) {
+            scalar_t* row = o + (b * V + r) * F;
+            for (int64_t f = 0; f < F; ++f)
+              row[f] = static_cast<scalar_t>(Reducer<R, acc_t>::finalize(acc[f], count));
+          });
+    });
+  });
+  return out;
+}
+
+at::Tensor segment_reduce_backward(const at::Tensor& grad_out, const std::optional<at::Tensor>& src_opt,
+                                   const std::optional<at::Tensor>& out_opt, const at::Tensor& ptr,
+                                   c10::string_view reduce, int64_t num_rows) {
+  const Reduce op = parse_reduce(std::string(reduce));
+  const bool extremum = op == Reduce::Max || op == Reduce::Min;
+  check_segment_reduce_args(grad_out, ptr);
+  TORCH_CHECK_VALUE(!extremum || (src_opt.has_value() && out_opt.has_value()),
+                    "pyg_fast: segment_reduce_backward needs 'src' and 'out' for max/min");
+  const int64_t B = grad_out.size(0), V = grad_out.size(1), F = grad_out.size(2), E = num_rows;
+  TORCH_CHECK_VALUE(ptr.numel() == V + 1, "pyg_fast: 'grad_out' has ", V, " rows but 'ptr' describes ",
+                    ptr.numel() - 1);
+  const at::Tensor src = extremum ? src_opt->contiguous() : grad_out;
+  const at::Tensor out = extremum ? out_opt->contiguous() : grad_out;
+  // Rows outside every segment get no gradient.
+  auto grad_src = at::zeros({B, E, F}, grad_out.options());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_out.scalar_type(),
+                                  "segment_reduce_backward", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const scalar_t* s = src.const_data_ptr<scalar_t>();
+    const scalar_t* o = out.const_data_ptr<scalar_t>();
+    const scalar_t* go = grad_out.const_data_ptr<scalar_t>();
+    scalar_t* gs = grad_src.mutable_data_ptr<scalar_t>();
+    const int64_t* p = ptr.const_data_ptr<int64_t>();
+    // The fold counts ties of each feature; the write hands out the gradient.
+    for_each_segment<acc_t, Reduce::Sum>(
+        p, B, V, F, E,
+        [&](acc_t* ties, int64_t b, int64_t r, int64_t e) {
+          if (!extremum) return;
+          const scalar_t* row = s + (b * E + e) * F;
+          const scalar_t* best = o + (b * V + r) * F;
+          for (int64_t f = 0; f < F; ++f) ties[f] += row[f] == best[f] ? acc_t(1) : acc_t(0);
+        },
+        [&](const acc_t* ties, int64_t b, int64_t r, int64_t count) {
+          const scalar_t* g = go + (b * V + r) * F;
+          const scalar_t* best = o + (b * V + r) * F;
+          for (int64_t e = p[r]; e < p[r] + count; ++e) {
+            const scalar_t* row = s + (b * E + e) * F;
+            scalar_t* grow = gs + (b * E + e) * F;
+            for (int64_t f = 0; f < F; ++f) {
+              const acc_t gv = static_cast<acc_t>(g[f]);
+              if (extremum)
+                grow[f] = static_cast<scalar_t>(row[f] == best[f] ? gv / ties[f] : acc_t(0));
+              else
+                grow[f] = static_cast<scalar_t>(op == Reduce::Mean ? gv / acc_t(count) : gv);
+            }
+          }
+        });
+  });
+  return grad_src;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(pyg_fast, CPU, m) {
+  m.impl("segment_reduce", &segment_reduce);
+  m.impl("segment_reduce_backward", &segment_reduce_backward);
+}
+
+}  // namespace pyg_fast::cpu

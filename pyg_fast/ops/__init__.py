@@ -1,0 +1,7 @@
+"""Thin Python layer over torch.ops.pyg_fast: argument checks, per-graph layouts,
+fake (meta) kernels for torch.compile and autograd."""
+from pyg_fast.ops.segment_reduce import segment_reduce
+from pyg_fast.ops.index_segment_reduce import index_segment_reduce, index_weight_segment_reduce
+from pyg_fast.ops.sddmm import sddmm
+
+__all__ = ["segment_reduce", "index_segment_reduce", "index_weight_segment_reduce", "sddmm"]

@@ -1,0 +1,35 @@
+"""Python-side argument checks: clear exceptions before anything reaches a kernel."""
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+REDUCE_ALIASES = {"sum": "sum", "add": "sum", "mean": "mean", "max": "max", "amax": "max",
+                  "min": "min", "amin": "min"}
+
+
+def check_reduce(reduce: str) -> str:
+    """Canonical name of a reduction ('sum', 'mean', 'max' or 'min')."""
+    if reduce not in REDUCE_ALIASES:
+        raise ValueError(f"pyg_fast: reduce must be one of 'sum', 'mean', 'max', 'min', got {reduce!r}")
+    return REDUCE_ALIASES[reduce]
+
+
+def check_float(t: Tensor, name: str) -> None:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"pyg_fast: '{name}' must be a Tensor, got {type(t).__name__}")
+    if not t.is_floating_point():
+        raise TypeError(f"pyg_fast: '{name}' must be a floating point tensor, got {t.dtype}")
+
+
+def check_index_tensor(index: Tensor, name: str, length: Optional[int], device: torch.device) -> None:
+    if not isinstance(index, Tensor):
+        raise TypeError(f"pyg_fast: '{name}' must be a Tensor, got {type(index).__name__}")
+    if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
+        raise TypeError(f"pyg_fast: '{name}' must be an integer tensor, got {index.dtype}")
+    if index.dim() != 1:
+        raise ValueError(f"pyg_fast: '{name}' must be 1-D, got shape {tuple(index.shape)}")
+    if length is not None and index.numel() != length:
+        raise ValueError(f"pyg_fast: '{name}' has {index.numel()} entries but {length} are expected")
+    if index.device != device:
+        raise ValueError(f"pyg_fast: '{name}' is on {index.device} but the data is on {device}")

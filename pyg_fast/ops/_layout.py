@@ -1,0 +1,158 @@
+"""Per-graph preprocessing shared by the ops: CSR pointers, sort permutations and
+index validation.
+
+Each result is computed once per index tensor and cached while that tensor is
+alive and unchanged (keyed weakly on the tensor's storage owner, its view
+geometry and its version counter), so a model that reuses one ``edge_index``
+pays for validation (one host synchronisation) and sorting once, not per call.
+Under ``torch.compile`` nothing is cached or validated (no host syncs are
+allowed there); the layouts are recomputed inside the graph instead.
+"""
+from typing import Callable, NamedTuple, Optional, Tuple
+import weakref
+
+import torch
+from torch import Tensor
+from torch.utils.weak import WeakTensorKeyDictionary
+
+_CACHE = WeakTensorKeyDictionary()
+
+
+def _compiling() -> bool:
+    return torch.compiler.is_compiling()
+
+
+def cached(tensor: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
+    """Returns ``compute()``, memoised on ``tensor`` (and any view of its storage owner)."""
+    if _compiling() or torch.jit.is_scripting():
+        return compute()
+    owner = tensor if tensor._base is None else tensor._base
+    slot = (key, tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()), tensor._version)
+    entries = _CACHE.get(owner)
+    if entries is None:
+        entries = {}
+        _CACHE[owner] = entries
+    if slot not in entries:
+        if len(entries) > 64:  # an owner mutated in place many times: drop old versions
+            entries.clear()
+        entries[slot] = compute()
+    return entries[slot]
+
+
+def as_long(index: Tensor) -> Tensor:
+    """The index as contiguous int64, the type the kernels take (cached)."""
+    if index.dtype == torch.long and index.is_contiguous():
+        return index
+    if index.dtype not in (torch.int32, torch.int64, torch.int16, torch.uint8, torch.int8):
+        raise TypeError(f"pyg_fast: index tensors must be integer, got {index.dtype}")
+    return cached(index, ("as_long",), lambda: index.long().contiguous())
+
+
+class SegmentLayout(NamedTuple):
+    """How E rows map onto ``dim_size`` segments.
+
+    ``ptr`` [dim_size + 1] is the CSR pointer over the rows in sorted order;
+    ``perm`` [E] lists the rows in that order, or is None when the index was
+    already sorted.
+    """
+    ptr: Tensor
+    perm: Optional[Tensor]
+
+
+def _index_stats(index: Tensor) -> Tuple[int, int, bool]:
+    """(min, max, is_sorted) with one host synchronisation."""
+    if index.numel() == 0:
+        return 0, -1, True
+    unsorted = (index[1:] < index[:-1]).any() if index.numel() > 1 else index.new_zeros((), dtype=torch.bool)
+    stats = torch.stack([index.min(), index.max(), unsorted.long()]).tolist()
+    return stats[0], stats[1], not stats[2]
+
+
+def check_index_range(index: Tensor, size: int, name: str) -> bool:
+    """Raises IndexError unless every value lies in [0, size); returns whether sorted (cached)."""
+    def compute():
+        lo, hi, is_sorted = _index_stats(index)
+        if index.numel() > 0 and (lo < 0 or hi >= size):
+            raise IndexError(f"pyg_fast: '{name}' holds values in [{lo}, {hi}], outside [0, {size}) "
+                             f"(the size of the dimension it indexes)")
+        return is_sorted
+    return cached(index, ("range", size), compute)
+
+
+def coo_layout(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None) -> SegmentLayout:
+    """CSR layout of a COO index; ``is_sorted=True`` skips the sortedness check."""
+    index = as_long(index)
+
+    def compute():
+        if _compiling():
+            known_sorted = bool(is_sorted)
+        else:
+            checked = check_index_range(index, dim_size, "index")
+            known_sorted = checked if is_sorted is None else (is_sorted and checked)
+            if is_sorted and not checked:
+                raise ValueError("pyg_fast: 'index' was declared sorted but is not sorted")
+        if known_sorted:
+            return SegmentLayout(torch._convert_indices_from_coo_to_csr(index, dim_size), None)
+        sorted_index, perm = torch.sort(index, stable=True)
+        return SegmentLayout(torch._convert_indices_from_coo_to_csr(sorted_index, dim_size), perm)
+
+    return cached(index, ("coo_layout", dim_size, is_sorted), compute)
+
+
+def check_ptr(ptr: Tensor, num_rows: int, covers_all: bool = False) -> Tensor:
+    """Validates a CSR pointer over ``num_rows`` rows and returns it as int64 (cached).
+
+    ``covers_all`` also demands ``ptr[0] == 0`` and ``ptr[-1] == num_rows``.
+    """
+    if ptr.dim() != 1 or ptr.numel() < 1:
+        raise ValueError(f"pyg_fast: 'ptr' must be a non-empty 1-D tensor, got shape {tuple(ptr.shape)}")
+    ptr = as_long(ptr)
+
+    def compute():
+        if ptr.numel() > 1 and not _compiling():
+            lo, hi, is_sorted = _index_stats(ptr)
+            if lo < 0 or hi > num_rows or not is_sorted or (covers_all and (lo != 0 or hi != num_rows)):
+                span = f"from 0 to {num_rows}" if covers_all else f"within [0, {num_rows}]"
+                raise ValueError(f"pyg_fast: 'ptr' must be non-decreasing {span} (the number of rows "
+                                 f"it splits), got values in [{lo}, {hi}]{'' if is_sorted else ', not sorted'}")
+        elif covers_all and not _compiling() and num_rows != 0:
+            raise ValueError(f"pyg_fast: 'ptr' with one entry covers no rows but there are {num_rows}")
+        return ptr
+
+    return cached(ptr, ("check_ptr", num_rows, covers_all), compute)
+
+
+def ptr_to_index(ptr: Tensor, num_rows: int) -> Tensor:
+    """Row id of every element covered by ``ptr`` (cached); [num_rows]."""
+    def compute():
+        counts = ptr.diff()
+        return torch.repeat_interleave(torch.arange(counts.numel(), device=ptr.device), counts,
+                                       output_size=num_rows)
+    return cached(ptr, ("ptr_to_index", num_rows), compute)
+
+
+class TransposedLayout(NamedTuple):
+    """The edges of a gather (src_index -> dst rows given by a CSR ptr) regrouped by source.
+
+    ``perm`` lists edges sorted by source, ``ptr`` [num_src + 1] points into that order,
+    ``dst_index`` [E] is the destination of each edge in that order.
+    """
+    perm: Tensor
+    ptr: Tensor
+    dst_index: Tensor
+
+
+def transposed_layout(src_index: Tensor, dst_ptr: Tensor, num_src: int) -> TransposedLayout:
+    """Layout for the backward pass of a gather-reduce (cached on ``src_index``)."""
+    owner = weakref.ref(dst_ptr)
+
+    def compute():
+        dst_index = ptr_to_index(dst_ptr, src_index.numel())
+        sorted_src, perm = torch.sort(src_index, stable=True)
+        return owner, TransposedLayout(perm, torch._convert_indices_from_coo_to_csr(sorted_src, num_src),
+                                       dst_index.index_select(0, perm))
+
+    entry_owner, layout = cached(src_index, ("transposed", num_src, id(dst_ptr), dst_ptr._version), compute)
+    if entry_owner() is not dst_ptr:  # id() was reused by another tensor: recompute
+        _, layout = compute()
+    return layout

@@ -1,0 +1,150 @@
+"""Gather-fused segment reduction and weighted SpMM (torch.ops.pyg_fast.index_segment_reduce)."""
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from pyg_fast.ops import _layout
+from pyg_fast.ops._checks import check_float, check_index_tensor, check_reduce
+from pyg_fast.tuning import segment_config
+
+
+def index_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optional[Tensor] = None,
+                         dim_size: Optional[int] = None, reduce: str = "sum", *,
+                         ptr: Optional[Tensor] = None, sorted: Optional[bool] = None) -> Tensor:
+    r"""Gathers rows of ``x`` along the edges and reduces them per destination.
+
+    .. math::
+        \mathrm{out}_i = \bigoplus_{e \,:\, \mathrm{dst}_e = i} x_{\mathrm{src}_e}
+
+    without materialising ``x[src_index]``. Destinations come from ``dst_index``
+    (COO, ideally sorted; an unsorted one is sorted once and cached) or a CSR
+    ``ptr`` over the edges. ``x`` is ``[N, *]``; the result is ``[dim_size, *]``.
+    """
+    return index_weight_segment_reduce(x, src_index, dst_index, None, dim_size, reduce, ptr=ptr,
+                                       sorted=sorted)
+
+
+def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optional[Tensor] = None,
+                                weight: Optional[Tensor] = None, dim_size: Optional[int] = None,
+                                reduce: str = "sum", *, ptr: Optional[Tensor] = None,
+                                sorted: Optional[bool] = None) -> Tensor:
+    r"""Weighted gather-reduce; with ``reduce="sum"`` this is SpMM.
+
+    .. math::
+        \mathrm{out}_{i,h} = \bigoplus_{e \,:\, \mathrm{dst}_e = i} w_{e,h} \, x_{\mathrm{src}_e,h}
+
+    ``weight`` is ``[E]`` (one scalar per edge) or ``[E, H]`` (one per edge and
+    head, ``x`` being ``[N, H, D]`` or ``[N, H * D]``); None means 1. Gradients
+    flow to ``x`` and ``weight`` (the weight gradient is an SDDMM).
+    """
+    check_float(x, "x")
+    reduce = check_reduce(reduce)
+    if x.dim() == 0:
+        raise ValueError("pyg_fast: 'x' must have at least one dimension")
+    num_edges = src_index.numel() if isinstance(src_index, Tensor) else None
+    check_index_tensor(src_index, "src_index", None, x.device)
+    src_index = _layout.as_long(src_index)
+    _layout.check_index_range(src_index, x.size(0), "src_index")
+    if (dst_index is None) == (ptr is None):
+        raise ValueError("pyg_fast: pass exactly one of 'dst_index' and 'ptr'")
+    if ptr is not None:
+        check_index_tensor(ptr, "ptr", None, x.device)
+        if dim_size is not None and dim_size != ptr.numel() - 1:
+            raise ValueError(f"pyg_fast: dim_size={dim_size} does not match 'ptr' "
+                             f"(expected {ptr.numel() - 1})")
+        layout = _layout.SegmentLayout(_layout.check_ptr(ptr, num_edges, covers_all=True), None)
+        dim_size = ptr.numel() - 1
+    else:
+        check_index_tensor(dst_index, "dst_index", num_edges, x.device)
+        if dim_size is None:
+            dim_size = int(dst_index.max()) + 1 if num_edges > 0 else 0
+        if sorted is None:
+            sorted = getattr(dst_index, "is_sorted", None)
+        layout = _layout.coo_layout(dst_index, dim_size, sorted)
+
+    feat_shape = tuple(x.shape[1:])
+    x2 = x.reshape(x.size(0), -1)
+    w2 = _edge_weight(weight, num_edges, x2.size(1), x.device, x.dtype)
+    if layout.perm is not None:
+        src_index = src_index.index_select(0, layout.perm)
+        w2 = w2.index_select(0, layout.perm) if w2 is not None else None
+    out = _index_segment_reduce_csr(x2, src_index, layout.ptr, w2, reduce)
+    return out.reshape((dim_size,) + feat_shape)
+
+
+def _edge_weight(weight: Optional[Tensor], num_edges: int, num_features: int, device: torch.device,
+                 dtype: torch.dtype) -> Optional[Tensor]:
+    """The edge weight as [E, H] in the dtype of x, checked."""
+    if weight is None:
+        return None
+    check_float(weight, "weight")
+    if weight.device != device:
+        raise ValueError(f"pyg_fast: 'weight' is on {weight.device} but 'x' is on {device}")
+    w2 = weight.reshape(weight.size(0), -1) if weight.dim() > 0 else weight
+    if weight.dim() not in (1, 2) or w2.size(0) != num_edges or num_features % w2.size(1) != 0:
+        raise ValueError(f"pyg_fast: 'weight' must be [E] or [E, H] with E={num_edges} edges and H "
+                         f"dividing the feature size {num_features}, got {tuple(weight.shape)}")
+    return w2.to(dtype)
+
+
+def _index_segment_reduce_csr(x2: Tensor, src_index: Tensor, ptr: Tensor, weight: Optional[Tensor],
+                              reduce: str) -> Tensor:
+    config = segment_config(x2.unsqueeze(0), ptr.numel() - 1, reduce, gather=True)
+    return torch.ops.pyg_fast.index_segment_reduce(
+        x2.contiguous(), src_index, ptr, weight.contiguous() if weight is not None else None, reduce,
+        config)
+
+
+@torch.library.register_fake("pyg_fast::index_segment_reduce")
+def _(x, src_index, ptr, weight, reduce, config=()):
+    return x.new_empty(ptr.size(0) - 1, x.size(1))
+
+
+@torch.library.register_fake("pyg_fast::index_segment_reduce_extremum_backward")
+def _(grad_out, x, src_index, ptr, weight, out):
+    return x.new_empty(src_index.size(0), x.size(1))
+
+
+def _setup_context(ctx, inputs, output):
+    x, src_index, ptr, weight, reduce, _ = inputs
+    extremum = reduce in ("max", "min", "amax", "amin")
+    ctx.save_for_backward(x, src_index, ptr, weight, output if extremum else None)
+    ctx.reduce = reduce
+
+
+def _heads(weight: Optional[Tensor]) -> int:
+    return weight.size(1) if weight is not None else 1
+
+
+def _backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
+    x, src_index, ptr, weight, out = ctx.saved_tensors
+    need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[3]
+    grad_out = grad_out.contiguous()
+    N, F = x.shape
+    E, V, H = src_index.numel(), ptr.numel() - 1, _heads(weight)
+    grad_x = grad_w = None
+    if ctx.reduce in ("max", "min", "amax", "amin"):
+        grad_msg = torch.ops.pyg_fast.index_segment_reduce_extremum_backward(
+            grad_out, x, src_index, ptr, weight, out).view(E, H, F // H)
+        if need_x:
+            msg = grad_msg * weight.unsqueeze(-1) if weight is not None else grad_msg
+            grad_x = x.new_zeros(N, F).index_add_(0, src_index, msg.view(E, F))
+        if need_w:
+            grad_w = (grad_msg * x.index_select(0, src_index).view(E, H, F // H)).sum(-1)
+        return grad_x, None, None, grad_w, None, None
+    if ctx.reduce == "mean":
+        deg = ptr.diff().clamp(min=1).to(grad_out.dtype)
+        grad_out = grad_out / deg.unsqueeze(1)
+    if need_x:
+        t = _layout.transposed_layout(src_index, ptr, N)
+        w_t = weight.index_select(0, t.perm) if weight is not None else None
+        grad_x = _index_segment_reduce_csr(grad_out, t.dst_index, t.ptr, w_t, "sum")
+    if need_w:
+        dst_index = _layout.ptr_to_index(ptr, E)
+        grad_w = torch.ops.pyg_fast.sddmm(grad_out.view(V, H, F // H), x.view(N, H, F // H), dst_index,
+                                          src_index, "dot")
+    return grad_x, None, None, grad_w, None, None
+
+
+torch.library.register_autograd("pyg_fast::index_segment_reduce", _backward, setup_context=_setup_context)

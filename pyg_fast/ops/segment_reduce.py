@@ -1,0 +1,125 @@
+"""Segment reduction over a sorted index or CSR pointer (torch.ops.pyg_fast.segment_reduce)."""
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from pyg_fast.ops import _layout
+from pyg_fast.ops._checks import check_float, check_index_tensor, check_reduce
+from pyg_fast.tuning import segment_config
+
+
+def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
+                   dim_size: Optional[int] = None, reduce: str = "sum", dim: int = 0,
+                   sorted: Optional[bool] = None) -> Tensor:
+    r"""Reduces the slices of ``src`` along ``dim`` that share a segment.
+
+    .. math::
+        \mathrm{out}_{\ldots, i, \ldots} = \bigoplus_{j \,:\, \mathrm{index}_j = i}
+        \mathrm{src}_{\ldots, j, \ldots}
+
+    with :math:`\bigoplus` one of ``"sum"``, ``"mean"``, ``"max"``, ``"min"``.
+    Segments are given by a COO ``index`` (one entry per slice, ideally sorted)
+    or by a CSR pointer ``ptr`` (segment ``i`` is ``ptr[i]:ptr[i+1]``). Empty
+    segments give 0, as in PyG. Max and min split the gradient evenly among
+    tied extrema, like :meth:`torch.Tensor.scatter_reduce`.
+
+    An unsorted ``index`` is sorted once (the permutation is cached with the
+    index tensor) and the reduction then gathers through it, so the result is
+    the same; pass ``sorted=True`` to promise sortedness. Index validation
+    (range, sortedness) costs one host synchronisation per index tensor and is
+    cached with it.
+
+    Args:
+        src: values, any shape, floating point.
+        index: segment of each slice along ``dim``, 1-D with ``src.size(dim)`` entries.
+        ptr: CSR pointer, 1-D, used instead of ``index``.
+        dim_size: number of segments; taken from ``ptr`` or ``index.max() + 1`` if missing.
+        reduce: ``"sum"``, ``"mean"``, ``"max"`` or ``"min"``.
+        dim: the dimension to reduce.
+        sorted: whether ``index`` is sorted, if known.
+    """
+    check_float(src, "src")
+    reduce = check_reduce(reduce)
+    if src.dim() == 0:
+        raise ValueError("pyg_fast: 'src' must have at least one dimension")
+    dim = dim + src.dim() if dim < 0 else dim
+    if not 0 <= dim < src.dim():
+        raise IndexError(f"pyg_fast: dim {dim} is out of range for 'src' of shape {tuple(src.shape)}")
+    num_rows = src.size(dim)
+    if (index is None) == (ptr is None):
+        raise ValueError("pyg_fast: pass exactly one of 'index' and 'ptr'")
+    if ptr is not None:
+        check_index_tensor(ptr, "ptr", None, src.device)
+        if dim_size is not None and dim_size != ptr.numel() - 1:
+            raise ValueError(f"pyg_fast: dim_size={dim_size} does not match 'ptr' with {ptr.numel()} "
+                             f"entries (expected dim_size={ptr.numel() - 1})")
+        layout = _layout.SegmentLayout(_layout.check_ptr(ptr, num_rows), None)
+        dim_size = ptr.numel() - 1
+    else:
+        check_index_tensor(index, "index", num_rows, src.device)
+        if dim_size is None:
+            dim_size = int(index.max()) + 1 if index.numel() > 0 else 0
+        if dim_size < 0:
+            raise ValueError(f"pyg_fast: dim_size must be non-negative, got {dim_size}")
+        if sorted is None:
+            sorted = getattr(index, "is_sorted", None)  # torch_geometric.Index carries this
+        layout = _layout.coo_layout(index, dim_size, sorted)
+
+    shape = list(src.shape)
+    pre = 1
+    for s in shape[:dim]:
+        pre *= s
+    src3 = src.reshape(pre, num_rows, -1) if src.numel() > 0 else src.new_zeros(pre, num_rows, _prod(shape[dim + 1:]))
+    if layout.perm is None:
+        out = _segment_reduce_csr(src3, layout.ptr, reduce)
+    elif pre == 1:
+        from pyg_fast.ops.index_segment_reduce import _index_segment_reduce_csr
+        out = _index_segment_reduce_csr(src3[0], layout.perm, layout.ptr, None, reduce).unsqueeze(0)
+    else:
+        out = _segment_reduce_csr(src3.index_select(1, layout.perm), layout.ptr, reduce)
+    shape[dim] = dim_size
+    return out.reshape(shape)
+
+
+def _prod(sizes) -> int:
+    p = 1
+    for s in sizes:
+        p *= s
+    return p
+
+
+def _segment_reduce_csr(src3: Tensor, ptr: Tensor, reduce: str) -> Tensor:
+    config = segment_config(src3, ptr.numel() - 1, reduce)
+    return torch.ops.pyg_fast.segment_reduce(src3.contiguous(), ptr, reduce, config)
+
+
+EXTREMA = ("max", "min", "amax", "amin")
+
+
+@torch.library.register_fake("pyg_fast::segment_reduce")
+def _(src, ptr, reduce, config=()):
+    return src.new_empty(src.size(0), ptr.size(0) - 1, src.size(2))
+
+
+@torch.library.register_fake("pyg_fast::segment_reduce_backward")
+def _(grad_out, src, out, ptr, reduce, num_rows):
+    return grad_out.new_empty(grad_out.size(0), num_rows, grad_out.size(2))
+
+
+def _setup_context(ctx, inputs, output):
+    src, ptr, reduce, _ = inputs
+    extremum = reduce in EXTREMA
+    ctx.save_for_backward(src if extremum else None, output if extremum else None, ptr)
+    ctx.reduce = reduce
+    ctx.num_rows = src.size(1)
+
+
+def _backward(ctx, grad_out):
+    src, out, ptr = ctx.saved_tensors
+    grad = torch.ops.pyg_fast.segment_reduce_backward(grad_out.contiguous(), src, out, ptr, ctx.reduce,
+                                                      ctx.num_rows)
+    return grad, None, None, None
+
+
+torch.library.register_autograd("pyg_fast::segment_reduce", _backward, setup_context=_setup_context)

@@ -1,0 +1,57 @@
+"""Builds pyg_fast and its one extension, pyg_fast._C.
+
+CPU kernels are always built. CUDA kernels are built when a GPU and nvcc are
+present or FORCE_CUDA=1; FORCE_ONLY_CPU=1 skips them. TORCH_CUDA_ARCH_LIST picks
+the architectures (e.g. "9.0"). Install with `pip install --no-build-isolation .`:
+the build imports the torch that is already installed.
+"""
+import glob
+import os
+
+import torch
+from setuptools import find_packages, setup
+from torch.utils.cpp_extension import (
+    CUDA_HOME,
+    BuildExtension,
+    CppExtension,
+    CUDAExtension,
+)
+
+CSRC = os.path.join("pyg_fast", "csrc")
+
+
+def with_cuda() -> bool:
+    if os.getenv("FORCE_ONLY_CPU", "0") == "1":
+        return False
+    if os.getenv("FORCE_CUDA", "0") == "1":
+        return True
+    return torch.cuda.is_available() and CUDA_HOME is not None
+
+
+def extension():
+    sources = sorted(glob.glob(os.path.join(CSRC, "ops", "*.cpp")))
+    sources += sorted(glob.glob(os.path.join(CSRC, "cpu", "*.cpp")))
+    cxx = ["-O3", "-fopenmp"]
+    kwargs = dict(extra_link_args=["-fopenmp"])
+    if with_cuda():
+        sources += sorted(glob.glob(os.path.join(CSRC, "cuda", "*.cu")))
+        nvcc = ["-O3", "-lineinfo", "--expt-relaxed-constexpr", "-DWITH_CUDA"]
+        return CUDAExtension("pyg_fast._C", sources, define_macros=[("WITH_CUDA", None)],
+                             extra_compile_args={"cxx": cxx, "nvcc": nvcc}, **kwargs)
+    return CppExtension("pyg_fast._C", sources, extra_compile_args={"cxx": cxx}, **kwargs)
+
+
+setup(
+    name="pyg_fast",
+    version="0.1.0",
+    description="Faster kernels for PyTorch Geometric models: segment reduction, "
+    "SpMM, SDDMM, edge softmax and segmented matmul",
+    packages=find_packages(include=["pyg_fast", "pyg_fast.*"]),
+    package_data={"pyg_fast": ["tuning/*.json"]},
+    python_requires=">=3.10",
+    install_requires=["torch>=2.4", "torch_geometric>=2.6"],
+    extras_require={"test": ["pytest", "pytest-xdist"], "triton": ["triton"]},
+    ext_modules=[extension()],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    zip_safe=False,
+)
