@@ -8,6 +8,7 @@
   the environment of the run and writes ``results.json`` and ``summary.md``.
 """
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -153,6 +154,29 @@ def _git(*args: str) -> Optional[str]:
         return None
 
 
+def git_tree_hash(path: Path) -> Optional[str]:
+    """The hash git gives the tree at ``path`` (what ``git rev-parse HEAD:<path>``
+    prints when it is committed), computed from the files themselves, for copies of
+    the repository that lack .git. None for an empty folder (git stores none)."""
+    entries = []
+    for child in path.iterdir():
+        if child.is_symlink() or child.name == "__pycache__":
+            continue
+        if child.is_dir():
+            digest = git_tree_hash(child)
+            if digest is not None:
+                entries.append((child.name + "/", b"40000 " + child.name.encode(), bytes.fromhex(digest)))
+        else:
+            data = child.read_bytes()
+            mode = b"100755" if os.access(child, os.X_OK) else b"100644"
+            blob = hashlib.sha1(b"blob %d\0" % len(data) + data).digest()
+            entries.append((child.name, mode + b" " + child.name.encode(), blob))
+    if not entries:
+        return None
+    body = b"".join(head + b"\0" + digest for _, head, digest in sorted(entries))  # git orders dirs as "name/"
+    return hashlib.sha1(b"tree %d\0" % len(body) + body).hexdigest()
+
+
 def _version(module: str) -> Optional[str]:
     try:
         return __import__(module).__version__
@@ -170,6 +194,7 @@ def environment(device) -> dict:
     except Exception:
         archs = None
     csrc_changes = _git("status", "--porcelain", "--", "pyg_fast/csrc")
+    csrc_tree = os.environ.get("PYG_FAST_CSRC_TREE") or _git("rev-parse", "HEAD:pyg_fast/csrc")
     return {
         "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if cuda else None,
@@ -183,8 +208,9 @@ def environment(device) -> dict:
         "triton": _version("triton"),
         "pyg_fast_cuda_archs": archs,
         "commit": os.environ.get("PYG_FAST_COMMIT") or _git("rev-parse", "HEAD"),
-        "csrc_tree": os.environ.get("PYG_FAST_CSRC_TREE") or _git("rev-parse", "HEAD:pyg_fast/csrc"),
-        # Uncommitted changes under csrc make csrc_tree describe other code than what ran.
+        # Without git (a copy of the tree), hash the files: equal to git's tree hash when committed.
+        "csrc_tree": csrc_tree or git_tree_hash(REPO_ROOT / "pyg_fast" / "csrc"),
+        # Uncommitted changes under csrc make git's csrc_tree describe other code than what ran.
         "csrc_dirty": None if csrc_changes is None else bool(csrc_changes),
         "copy_gbps": measure_copy_bandwidth(device),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -11,6 +11,7 @@ Per-graph preprocessing (CSR pointer, degrees, empty-segment mask, the sparse
 matrix) is done once outside the timing for every method, as pyg_fast caches
 its layout per index tensor. The reference is float64 torch on the same device.
 """
+import warnings
 from typing import Callable, Dict, Iterator, Tuple
 
 import torch
@@ -101,8 +102,8 @@ def torch_reducers(index: Tensor, ptr: Tensor, reduce: str, dtype: torch.dtype,
         values = torch.ones(num_rows, dtype=dtype, device=index.device)
         if reduce == "mean":
             values = values.div_(degree.squeeze(1)[index])
-        matrix = torch.sparse_csr_tensor(ptr, torch.arange(num_rows, device=index.device), values,
-                                         size=(num_segments, num_rows))
+        matrix = csr_matrix(ptr, torch.arange(num_rows, device=index.device), values,
+                            (num_segments, num_rows))
         reducers["torch_sparse_csr"] = lambda src: torch.sparse.mm(matrix, src)
 
     try:
@@ -123,6 +124,13 @@ def torch_reducers(index: Tensor, ptr: Tensor, reduce: str, dtype: torch.dtype,
 
 def csr_pointer(index: Tensor, num_segments: int) -> Tensor:
     return torch._convert_indices_from_coo_to_csr(index, num_segments)
+
+
+def csr_matrix(ptr: Tensor, columns: Tensor, values: Tensor, size: Tuple[int, int]) -> Tensor:
+    """A torch CSR matrix, without invariant checks or torch's "beta" warning."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(ptr, columns, values, size=size, check_invariants=False)
 
 
 def run(rec, device, quick: bool = False) -> None:

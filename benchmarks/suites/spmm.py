@@ -19,6 +19,7 @@ from benchmarks.graphs import graph_names, load_graph
 from benchmarks.suites.segment_reduce import (
     REFERENCE_CHUNK_ELEMENTS,
     cases,
+    csr_matrix,
     csr_pointer,
     dtype_name,
     torch_reducers,
@@ -60,7 +61,7 @@ def run(rec, device, quick: bool = False) -> None:
             x = torch.randn(num_nodes, num_features, device=device, dtype=dtype)
             weight = torch.randn(num_edges, device=device, dtype=dtype)
             case = {"graph": graph, "F": num_features, "dtype": dtype_name(dtype)}
-            matrix = torch.sparse_csr_tensor(ptr, src_index, weight, size=(num_nodes, num_nodes))
+            matrix = csr_matrix(ptr, src_index, weight, (num_nodes, num_nodes))
 
             def messages() -> Tensor:
                 return x.index_select(0, src_index).mul_(weight.unsqueeze(1))
