@@ -16,7 +16,7 @@ import platform
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
@@ -30,6 +30,10 @@ REL_TOL = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 5e-3, torch
 # Timing budgets in milliseconds (warm-up, measurement), as triton's do_bench takes them.
 FULL_BUDGET = (25, 100)
 QUICK_BUDGET = (0, 0)  # one warm-up call and five timed calls
+
+
+def budget_for(quick: bool) -> Tuple[float, float]:
+    return QUICK_BUDGET if quick else FULL_BUDGET
 
 
 def time_ms(fn: Callable[[], object], warmup: float = 25, rep: float = 100,
@@ -111,15 +115,15 @@ def check(out: torch.Tensor, ref: torch.Tensor, rel_tol: float) -> bool:
 
 
 def bench_methods(rec: "Recorder", suite: str, case: dict, methods: Dict[str, Callable[[], torch.Tensor]],
-                  ref: torch.Tensor, device, rel_tol: float, quick: bool = False,
+                  ref: torch.Tensor, device, rel_tol: float, budget: Tuple[float, float] = FULL_BUDGET,
                   nbytes: Optional[int] = None) -> None:
     """Checks every method's output against ``ref``, times the ones that are right.
 
     A method that raises or gives a wrong answer is recorded with ``ms=None`` and
     an ``error``. ``nbytes`` (the bytes the operation must move at least) adds
-    ``bytes`` and ``gbps`` to timed records.
+    ``bytes`` and ``gbps`` to timed records. ``budget`` is ``time_ms``'s (warm-up, rep) in ms.
     """
-    warmup, rep = QUICK_BUDGET if quick else FULL_BUDGET
+    warmup, rep = budget
     for method, fn in methods.items():
         try:
             out = fn()
@@ -200,6 +204,8 @@ def environment(device) -> dict:
         "gpu": torch.cuda.get_device_name(device) if cuda else None,
         "cpu": platform.processor() or platform.machine(),
         "cpu_threads": torch.get_num_threads(),
+        # Other processes on the CPUs delay multithreaded kernels by whole scheduler ticks.
+        "load_avg_1min": os.getloadavg()[0],
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
@@ -250,10 +256,12 @@ class Recorder:
         if self.verbose:
             print(f"[{suite}] FAILED:\n{message}", flush=True)
 
-    def write(self, path_json, path_md) -> None:
+    def write(self, path_json, path_md, **sections) -> None:
+        """Writes both files; ``sections`` are extra top-level entries of the JSON."""
         Path(path_json).parent.mkdir(parents=True, exist_ok=True)
         with open(path_json, "w") as f:
-            json.dump({"env": self.env, "records": self.records, "failures": self.failures}, f, indent=1)
+            json.dump({"env": self.env, "records": self.records, "failures": self.failures, **sections},
+                      f, indent=1)
         Path(path_md).write_text(summary_markdown(self.env, self.records, self.failures))
         self._saved_at = time.monotonic()
 

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 import pyg_fast
-from benchmarks.common import REL_TOL, bench_methods
+from benchmarks.common import REL_TOL, bench_methods, budget_for
 from benchmarks.graphs import LARGE_GRAPHS, graph_names, load_graph
 
 SUITE = "segment_reduce"
@@ -133,27 +133,36 @@ def csr_matrix(ptr: Tensor, columns: Tensor, values: Tensor, size: Tuple[int, in
         return torch.sparse_csr_tensor(ptr, columns, values, size=size, check_invariants=False)
 
 
-def run(rec, device, quick: bool = False) -> None:
+def bench_graph(rec, device, graph: str, case_list, budget) -> None:
+    """Benchmarks every (F, dtype, reduces) of ``case_list`` on ``graph``."""
+    data = load_graph(graph, device)
+    index = data.edge_index[1]
+    num_nodes, num_edges = data.num_nodes, index.numel()
+    ptr = csr_pointer(index, num_nodes)
+    for num_features, dtype, reduces in case_list:
+        src = torch.randn(num_edges, num_features, device=device, dtype=dtype)
+        for reduce in reduces:
+            case = {"graph": graph, "F": num_features, "reduce": reduce, "dtype": dtype_name(dtype)}
+            methods = {"pyg_fast": lambda: pyg_fast.segment_reduce(src, index, dim_size=num_nodes, reduce=reduce)}
+            methods.update({name: (lambda fn=fn: fn(src))
+                            for name, fn in torch_reducers(index, ptr, reduce, dtype).items()})
+            ref = reference_segment_reduce(src, index, num_nodes, reduce)
+            bench_methods(rec, SUITE, case, methods, ref, device, REL_TOL[dtype], budget,
+                          nbytes=segment_bytes(num_edges, num_nodes, num_features, dtype))
+            del methods, ref
+        del src
+
+
+def run_on_graphs(rec, suite: str, bench_graph_fn, device, quick: bool) -> None:
+    """Runs ``bench_graph_fn`` on each benchmark graph with its cases; a graph whose
+    dataset is missing on this machine is reported and the others still run."""
     torch.manual_seed(0)
     for graph in graph_names(quick):
         try:
-            data = load_graph(graph, device)
+            bench_graph_fn(rec, device, graph, cases(graph, quick), budget_for(quick))
         except FileNotFoundError as exc:
-            rec.add_failure(SUITE, f"graph {graph}: {exc}")
-            continue
-        index = data.edge_index[1]
-        num_nodes, num_edges = data.num_nodes, index.numel()
-        ptr = csr_pointer(index, num_nodes)
-        for num_features, dtype, reduces in cases(graph, quick):
-            src = torch.randn(num_edges, num_features, device=device, dtype=dtype)
-            for reduce in reduces:
-                case = {"graph": graph, "F": num_features, "reduce": reduce, "dtype": dtype_name(dtype)}
-                methods = {"pyg_fast": lambda: pyg_fast.segment_reduce(src, index, dim_size=num_nodes,
-                                                                       reduce=reduce)}
-                methods.update({name: (lambda fn=fn: fn(src))
-                                for name, fn in torch_reducers(index, ptr, reduce, dtype).items()})
-                ref = reference_segment_reduce(src, index, num_nodes, reduce)
-                bench_methods(rec, SUITE, case, methods, ref, device, REL_TOL[dtype], quick,
-                              nbytes=segment_bytes(num_edges, num_nodes, num_features, dtype))
-                del methods, ref
-            del src
+            rec.add_failure(suite, f"graph {graph}: {exc}")
+
+
+def run(rec, device, quick: bool = False) -> None:
+    run_on_graphs(rec, SUITE, bench_graph, device, quick)

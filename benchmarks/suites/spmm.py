@@ -15,13 +15,14 @@ from torch import Tensor
 
 import pyg_fast
 from benchmarks.common import REL_TOL, bench_methods
-from benchmarks.graphs import graph_names, load_graph
+from benchmarks.graphs import load_graph
 from benchmarks.suites.segment_reduce import (
     REFERENCE_CHUNK_ELEMENTS,
     cases,
     csr_matrix,
     csr_pointer,
     dtype_name,
+    run_on_graphs,
     torch_reducers,
 )
 
@@ -46,33 +47,32 @@ def reference_spmm(x: Tensor, src_index: Tensor, dst_index: Tensor, weight: Tens
     return out
 
 
-def run(rec, device, quick: bool = False) -> None:
-    torch.manual_seed(1)
-    for graph in graph_names(quick):
-        try:
-            data = load_graph(graph, device)
-        except FileNotFoundError as exc:
-            rec.add_failure(SUITE, f"graph {graph}: {exc}")
-            continue
-        src_index, dst_index = data.edge_index
-        num_nodes, num_edges = data.num_nodes, dst_index.numel()
-        ptr = csr_pointer(dst_index, num_nodes)
-        for num_features, dtype, _ in cases(graph, quick):
-            x = torch.randn(num_nodes, num_features, device=device, dtype=dtype)
-            weight = torch.randn(num_edges, device=device, dtype=dtype)
-            case = {"graph": graph, "F": num_features, "dtype": dtype_name(dtype)}
-            matrix = csr_matrix(ptr, src_index, weight, (num_nodes, num_nodes))
+def bench_graph(rec, device, graph: str, case_list, budget) -> None:
+    """Benchmarks every (F, dtype, _) of ``case_list`` (segment_reduce's cases) on ``graph``."""
+    data = load_graph(graph, device)
+    src_index, dst_index = data.edge_index
+    num_nodes, num_edges = data.num_nodes, dst_index.numel()
+    ptr = csr_pointer(dst_index, num_nodes)
+    for num_features, dtype, _ in case_list:
+        x = torch.randn(num_nodes, num_features, device=device, dtype=dtype)
+        weight = torch.randn(num_edges, device=device, dtype=dtype)
+        case = {"graph": graph, "F": num_features, "dtype": dtype_name(dtype)}
+        matrix = csr_matrix(ptr, src_index, weight, (num_nodes, num_nodes))
 
-            def messages() -> Tensor:
-                return x.index_select(0, src_index).mul_(weight.unsqueeze(1))
-            methods = {
-                "pyg_fast": lambda: pyg_fast.index_weight_segment_reduce(x, src_index, dst_index, weight,
-                                                                         num_nodes, "sum"),
-                "torch_sparse_csr": lambda: torch.sparse.mm(matrix, x),
-            }
-            methods.update({GATHER_NAMES.get(name, name): (lambda fn=fn: fn(messages()))
-                            for name, fn in torch_reducers(dst_index, ptr, "sum", dtype, sparse=False).items()})
-            ref = reference_spmm(x, src_index, dst_index, weight, num_nodes)
-            bench_methods(rec, SUITE, case, methods, ref, device, REL_TOL[dtype], quick,
-                          nbytes=spmm_bytes(num_edges, num_nodes, num_features, dtype))
-            del methods, matrix, ref, x, weight
+        def messages() -> Tensor:
+            return x.index_select(0, src_index).mul_(weight.unsqueeze(1))
+        methods = {
+            "pyg_fast": lambda: pyg_fast.index_weight_segment_reduce(x, src_index, dst_index, weight,
+                                                                     num_nodes, "sum"),
+            "torch_sparse_csr": lambda: torch.sparse.mm(matrix, x),
+        }
+        methods.update({GATHER_NAMES.get(name, name): (lambda fn=fn: fn(messages()))
+                        for name, fn in torch_reducers(dst_index, ptr, "sum", dtype, sparse=False).items()})
+        ref = reference_spmm(x, src_index, dst_index, weight, num_nodes)
+        bench_methods(rec, SUITE, case, methods, ref, device, REL_TOL[dtype], budget,
+                      nbytes=spmm_bytes(num_edges, num_nodes, num_features, dtype))
+        del methods, matrix, ref, x, weight
+
+
+def run(rec, device, quick: bool = False) -> None:
+    run_on_graphs(rec, SUITE, bench_graph, device, quick)
