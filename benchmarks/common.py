@@ -130,7 +130,7 @@ def bench_methods(rec: "Recorder", suite: str, case: dict, methods: Dict[str, Ca
             err = rel_error(out, ref)
             del out
             if not err <= rel_tol:
-                rec.add(suite, case, method, None, rel_err=err,
+                rec.add(suite, case, method, None, rel_err=err if math.isfinite(err) else None,
                         error=f"wrong result: relative error {err:.3g} > {rel_tol:.3g}")
                 continue
             ms = time_ms(fn, warmup, rep, device=device)
