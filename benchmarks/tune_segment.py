@@ -20,6 +20,7 @@ import pyg_fast
 from pyg_fast import tuning
 
 ROW_PARAMS = [dict(schedule="row", max_lanes=m, threads=t, chunk=256) for m in (8, 32) for t in (128, 256)]
+ROW_PARALLEL_PARAMS = [dict(schedule="row_parallel", max_lanes=m, threads=256, chunk=256) for m in (4, 8, 32)]
 CHUNK_PARAMS = [dict(schedule="chunk", max_lanes=m, threads=t, chunk=c)
                 for m in (8, 32) for t in (128, 256) for c in (32, 128, 512)]
 
@@ -69,7 +70,8 @@ def sweep(device: str, quick: bool, out_dir: str):
                 ref = torch.zeros(num_nodes, num_features, device=device).index_add_(0, dst, rows)
                 run = lambda: pyg_fast.segment_reduce(rows, dst, dim_size=num_nodes, reduce="sum")
             timings = []
-            for params in ROW_PARAMS + CHUNK_PARAMS:
+            candidates = ROW_PARAMS + CHUNK_PARAMS + (ROW_PARALLEL_PARAMS if num_features <= 16 else [])
+            for params in candidates:
                 tuning.set_override(params)
                 try:
                     out = run()

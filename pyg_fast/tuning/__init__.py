@@ -12,8 +12,9 @@ dictionary lookup. CPU kernels take no configuration.
 
 A config is ``[schedule, lanes, vector width, threads per block, rows per chunk]``
 (see ``pyg_fast/csrc/cuda/segment_launch.cuh``); schedules are ``row`` (one thread
-group per segment) and ``chunk`` (one group per fixed-size chunk of rows, for
-balance on skewed segment lengths).
+group per segment, lanes over features), ``row_parallel`` (one group per segment,
+lanes over its rows, warp-shuffle combine; for small F) and ``chunk`` (one group
+per fixed-size chunk of rows, for balance on skewed segment lengths).
 """
 import json
 import math
@@ -24,7 +25,7 @@ from typing import Dict, List, Optional
 from torch import Tensor
 
 RULES_PATH = os.path.join(os.path.dirname(__file__), "rules.json")
-SCHEDULES = {"row": 0, "chunk": 1}
+SCHEDULES = {"row": 0, "chunk": 1, "row_parallel": 2}
 
 _override: Optional[Dict] = None
 
@@ -103,8 +104,11 @@ def _choose_from_table(num_rows, num_segments, num_features, element_size, gathe
 
 
 def _resolve(params: Dict, num_features: int, element_size: int, feature_block: int) -> Dict:
+    """Concrete launch parameters: vector width from F, lanes from F (or the rows, for row_parallel)."""
     vec = vector_width(num_features, element_size, feature_block)
     lanes = 1
+    if params["schedule"] == "row_parallel":
+        lanes = params["max_lanes"]
     while lanes < params["max_lanes"] and lanes * vec < num_features:
         lanes *= 2
     return dict(schedule=params["schedule"], lanes=lanes, vec=vec, threads=max(params["threads"], lanes),
