@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 _LIBRARY_PATH = load_library()
 
 from pyg_fast.ops import (  # noqa: E402
+    edge_softmax,
     index_segment_reduce,
     index_weight_segment_reduce,
     sddmm,
@@ -45,5 +46,5 @@ def show_config() -> str:
     return text
 
 
-__all__ = ["segment_reduce", "index_segment_reduce", "index_weight_segment_reduce", "sddmm",
+__all__ = ["edge_softmax", "segment_reduce", "index_segment_reduce", "index_weight_segment_reduce", "sddmm",
            "show_config", "cuda_arch_list"]
