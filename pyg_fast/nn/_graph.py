@@ -44,7 +44,7 @@ def unpack(edge_index, flow: str) -> Optional[Edges]:
             src, value = edge_index.col_indices(), edge_index.values()
         num_dst, num_src = edge_index.shape[:2]
         return Edges(torch.stack([src, dst]), value, (num_src, num_dst))
-    if isinstance(edge_index, Tensor) and not edge_index.is_sparse and edge_index.dim() == 2 \
+    if isinstance(edge_index, Tensor) and edge_index.layout == torch.strided and edge_index.dim() == 2 \
             and edge_index.size(0) == 2 and not edge_index.is_floating_point():
         return Edges(edge_index, None, (None, None))
     return None

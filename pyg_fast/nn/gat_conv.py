@@ -43,7 +43,7 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
     def forward(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Adj,
                 edge_attr: OptTensor = None, size: Size = None, return_attention_weights: Optional[bool] = None):
         edges = None
-        if (isinstance(edge_index, Tensor) and not edge_index.is_sparse and not self._pyg_path_required()
+        if (isinstance(edge_index, Tensor) and edge_index.layout == torch.strided and not self._pyg_path_required()
                 and not (return_attention_weights is not None and isinstance(edge_index, EdgeIndex))):
             edges = _graph.unpack(edge_index, self.flow)
         if edges is None:

@@ -1,5 +1,7 @@
 from typing import Optional
 
+import torch
+
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
@@ -29,15 +31,11 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
     propagate_type = {"x": "Tensor", "edge_weight": "OptTensor"}
 
     def forward(self, x: Tensor, edge_index: Adj, edge_weight: OptTensor = None) -> Tensor:
-        edges = None
-        if isinstance(x, Tensor) and x.dim() == 2 and not x.is_sparse and not self._pyg_path_required():
-            edges = _graph.unpack(edge_index, self.flow)
-        if edges is None:
+        fused = (isinstance(x, Tensor) and x.dim() == 2 and not x.is_sparse and not self._pyg_path_required()
+                 and _graph.unpack(edge_index, self.flow) is not None)
+        if not fused:
             return super().forward(x, edge_index, edge_weight)
-        if edges.value is not None:
-            edge_weight = edges.value
         num_nodes = x.size(0)
-        edge_index = edges.edge_index
         if self.normalize:
             if self._cached_edge_index is not None:
                 edge_index, edge_weight = self._cached_edge_index
@@ -45,7 +43,10 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
                 edge_index, edge_weight = self._normalized(edge_index, edge_weight, num_nodes, x.dtype)
                 if self.cached:
                     self._cached_edge_index = (edge_index, edge_weight)
-        graph = _graph.by_destination(edge_index, num_nodes, num_nodes, self.flow)
+        edges = _graph.unpack(edge_index, self.flow)  # a normalised torch.sparse input carries its weights
+        if edges.value is not None:
+            edge_weight = edges.value
+        graph = _graph.by_destination(edges.edge_index, num_nodes, num_nodes, self.flow)
         out = index_weight_segment_reduce(self.lin(x), graph.src, None,
                                           _graph.in_edge_order(edge_weight, graph), ptr=graph.ptr)
         if self.bias is not None:
@@ -57,7 +58,7 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
         def compute():
             return gcn_norm(edge_index, edge_weight, num_nodes, self.improved, self.add_self_loops,
                             self.flow, dtype)
-        if edge_weight is not None:
+        if edge_weight is not None or edge_index.layout != torch.strided:
             return compute()
         return _layout.cached(edge_index, ("gcn_norm", num_nodes, self.improved, self.add_self_loops,
                                            self.flow, dtype), compute)
