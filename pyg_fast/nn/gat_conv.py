@@ -81,7 +81,10 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
             alpha = edge_softmax(alpha, ptr=graph.ptr)
             alpha = F.dropout(alpha, p=self.dropout, training=self.training)
 
-        out = index_weight_segment_reduce(x_src, graph.src, None, alpha, ptr=graph.ptr)
+        if graph.src.numel() > 0:
+            out = index_weight_segment_reduce(x_src, graph.src, None, alpha, ptr=graph.ptr)
+        else:  # no edges (and maybe no nodes): nothing to aggregate
+            out = x_src.new_zeros(num_dst, H, C)
         out = out.view(-1, H * C) if self.concat else out.mean(dim=1)
         if res is not None:
             out = out + res
