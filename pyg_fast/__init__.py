@@ -18,6 +18,8 @@ from pyg_fast.ops import (  # noqa: E402
     segment_reduce,
 )
 
+from pyg_fast.patch import patch  # noqa: E402
+
 
 def show_config() -> str:
     """Returns (and prints) versions and which kernels this build has."""
@@ -46,5 +48,5 @@ def show_config() -> str:
     return text
 
 
-__all__ = ["edge_softmax", "segment_reduce", "index_segment_reduce", "index_weight_segment_reduce", "sddmm",
+__all__ = ["patch", "edge_softmax", "segment_reduce", "index_segment_reduce", "index_weight_segment_reduce", "sddmm",
            "show_config", "cuda_arch_list"]
