@@ -13,18 +13,21 @@ import weakref
 
 import torch
 from torch import Tensor
+from torch._subclasses.fake_tensor import is_fake
 from torch.utils.weak import WeakTensorKeyDictionary
 
 _CACHE = WeakTensorKeyDictionary()
 
 
-def _compiling() -> bool:
-    return torch.compiler.is_compiling()
+def _compiling(*tensors: Tensor) -> bool:
+    """True while tracing (torch.compile, including AOTAutograd's backward trace, where
+    is_compiling() is False but the tensors are fake): data cannot be read then."""
+    return torch.compiler.is_compiling() or any(is_fake(t) for t in tensors)
 
 
 def cached(tensor: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
     """Returns ``compute()``, memoised on ``tensor`` (and any view of its storage owner)."""
-    if _compiling() or torch.jit.is_scripting():
+    if _compiling(tensor) or torch.jit.is_scripting():
         return compute()
     owner = tensor if tensor._base is None else tensor._base
     slot = (key, tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()), tensor._version)
@@ -77,7 +80,7 @@ def check_index_range(index: Tensor, size: int, name: str) -> bool:
 
     Under torch.compile nothing is checked (that would need a host sync) and False is returned.
     """
-    if _compiling():
+    if _compiling(index):
         return False
 
     def compute():
@@ -94,7 +97,7 @@ def coo_layout(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None) -
     index = as_long(index)
 
     def compute():
-        if _compiling():
+        if _compiling(index):
             known_sorted = bool(is_sorted)
         else:
             checked = check_index_range(index, dim_size, "index")
@@ -111,7 +114,7 @@ def coo_layout(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None) -
 
 
 def _max_segment(ptr: Tensor) -> Optional[int]:
-    if _compiling():
+    if _compiling(ptr):
         return None
     return int(ptr.diff().max()) if ptr.numel() > 1 else 0
 
@@ -127,7 +130,7 @@ def ptr_layout(ptr: Tensor, num_rows: int, covers_all: bool = False) -> SegmentL
     ptr = as_long(ptr)
 
     def compute():
-        if _compiling():
+        if _compiling(ptr):
             return SegmentLayout(ptr, None, covers_all)
         if ptr.numel() > 1:
             lo, hi, is_sorted = _index_stats(ptr)

@@ -64,7 +64,10 @@ def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optiona
         layout = _layout.coo_layout(dst_index, dim_size, sorted)
 
     feat_shape = tuple(x.shape[1:])
-    x2 = x.reshape(x.size(0), -1)
+    num_features = 1
+    for size in feat_shape:
+        num_features *= size
+    x2 = x.reshape(x.size(0), num_features)
     w2 = _edge_weight(weight, num_edges, x2.size(1), x.device, x.dtype)
     if layout.perm is not None:
         src_index = src_index.index_select(0, layout.perm)
