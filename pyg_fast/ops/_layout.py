@@ -182,3 +182,45 @@ def transposed_layout(src_index: Tensor, dst_ptr: Tensor, num_src: int) -> Trans
     if entry_owner() is not dst_ptr:  # id() was reused by another tensor: recompute
         _, layout = compute()
     return layout
+
+
+def uses(ptr: Tensor) -> int:
+    """Counts the reductions over the CSR pointer ``ptr`` (1 on its first; always 1 while tracing).
+
+    The schedule selector builds a graph-aware layout only for a graph seen again, so a graph
+    used once (a sampled mini-batch) never pays for preprocessing it cannot amortise.
+    """
+    counter = cached(ptr, ("uses",), lambda: [0])
+    counter[0] += 1
+    return counter[0]
+
+
+def neighbor_groups(ptr: Tensor, group_size: int) -> Tensor:
+    """GNNAdvisor's neighbour-group table of the segments of ``ptr`` (cached on ``ptr``).
+
+    Every segment is cut into groups of at most ``group_size`` consecutive rows, packed in
+    segment order. Returns ``[group_ptr (V + 1), group_start (G + 1), group_segment (G)]``
+    concatenated (int64): segment ``r`` owns groups ``group_ptr[r]:group_ptr[r+1]`` and group
+    ``g`` covers rows ``group_start[g]:group_start[g+1]`` of segment ``group_segment[g]``; the
+    layout the CUDA groups schedule reads. One host synchronisation (the number of groups).
+    """
+    if group_size < 1:
+        raise ValueError(f"pyg_fast: the neighbour group size must be positive, got {group_size}")
+
+    def compute():
+        counts = ptr.diff()
+        per_segment = counts.add(group_size - 1).div_(group_size, rounding_mode="floor")
+        group_ptr = torch.cat([ptr.new_zeros(1), per_segment.cumsum(0)])
+        num_groups = int(group_ptr[-1])
+        group_segment = torch.repeat_interleave(torch.arange(counts.numel(), device=ptr.device), per_segment,
+                                                output_size=num_groups)
+        rank = torch.arange(num_groups, device=ptr.device) - group_ptr[group_segment]
+        group_start = ptr[group_segment] + rank * group_size
+        return torch.cat([group_ptr, group_start, ptr[-1:], group_segment])
+    return cached(ptr, ("neighbor_groups", group_size), compute)
+
+
+def balanced_order(ptr: Tensor) -> Tensor:
+    """G-Sparse's row order: the segments of ``ptr`` by decreasing length (cached on ``ptr``)."""
+    return cached(ptr, ("balanced_order",),
+                  lambda: torch.sort(ptr.diff(), descending=True, stable=True).indices)

@@ -6,7 +6,7 @@ from torch import Tensor
 
 from pyg_fast.ops import _layout
 from pyg_fast.ops._checks import check_float, check_index_tensor, check_reduce
-from pyg_fast.tuning import segment_config
+from pyg_fast.tuning import segment_launch
 
 
 def index_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optional[Tensor] = None,
@@ -93,15 +93,16 @@ def _edge_weight(weight: Optional[Tensor], num_edges: int, num_features: int, de
 
 def _index_segment_reduce_csr(x2: Tensor, src_index: Tensor, ptr: Tensor, weight: Optional[Tensor],
                               reduce: str, max_segment: Optional[int]) -> Tensor:
-    config = segment_config(x2, src_index.numel(), ptr.numel() - 1, gather=True,
-                            heads=weight.size(1) if weight is not None else 1, max_segment=max_segment)
+    config, schedule_data = segment_launch(x2, ptr, src_index.numel(), gather=True,
+                                           heads=weight.size(1) if weight is not None else 1,
+                                           max_segment=max_segment)
     return torch.ops.pyg_fast.index_segment_reduce(
         x2.contiguous(), src_index, ptr, weight.contiguous() if weight is not None else None, reduce,
-        config)
+        config, schedule_data)
 
 
 @torch.library.register_fake("pyg_fast::index_segment_reduce")
-def _(x, src_index, ptr, weight, reduce, config=()):
+def _(x, src_index, ptr, weight, reduce, config=(), schedule_data=None):
     return x.new_empty(ptr.size(0) - 1, x.size(1))
 
 
@@ -111,7 +112,7 @@ def _(grad_out, x, src_index, ptr, weight, out):
 
 
 def _setup_context(ctx, inputs, output):
-    x, src_index, ptr, weight, reduce, _ = inputs
+    x, src_index, ptr, weight, reduce = inputs[:5]
     extremum = reduce in ("max", "min", "amax", "amin")
     ctx.save_for_backward(x, src_index, ptr, weight, output if extremum else None)
     ctx.reduce = reduce
@@ -136,7 +137,7 @@ def _backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
             grad_x = x.new_zeros(N, F).index_add_(0, src_index, msg.view(E, F))
         if need_w:
             grad_w = (grad_msg * x.index_select(0, src_index).view(E, H, F // H)).sum(-1)
-        return grad_x, None, None, grad_w, None, None
+        return grad_x, None, None, grad_w, None, None, None
     if ctx.reduce == "mean":
         deg = ptr.diff().clamp(min=1).to(grad_out.dtype)
         grad_out = grad_out / deg.unsqueeze(1)
@@ -148,7 +149,7 @@ def _backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
         dst_index = _layout.ptr_to_index(ptr, E)
         grad_w = torch.ops.pyg_fast.sddmm(grad_out.view(V, H, F // H), x.view(N, H, F // H), dst_index,
                                           src_index, "dot")
-    return grad_x, None, None, grad_w, None, None
+    return grad_x, None, None, grad_w, None, None, None
 
 
 torch.library.register_autograd("pyg_fast::index_segment_reduce", _backward, setup_context=_setup_context)

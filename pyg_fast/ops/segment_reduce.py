@@ -6,7 +6,7 @@ from torch import Tensor
 
 from pyg_fast.ops import _layout
 from pyg_fast.ops._checks import check_float, check_index_tensor, check_reduce
-from pyg_fast.tuning import segment_config
+from pyg_fast.tuning import segment_launch
 
 
 def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
@@ -92,15 +92,15 @@ def _prod(sizes) -> int:
 
 def _segment_reduce_csr(src3: Tensor, ptr: Tensor, reduce: str, covers_all: bool,
                         max_segment: Optional[int]) -> Tensor:
-    config = segment_config(src3, src3.size(1), ptr.numel() - 1, covers_all=covers_all, max_segment=max_segment)
-    return torch.ops.pyg_fast.segment_reduce(src3.contiguous(), ptr, reduce, config)
+    config, schedule_data = segment_launch(src3, ptr, src3.size(1), covers_all=covers_all, max_segment=max_segment)
+    return torch.ops.pyg_fast.segment_reduce(src3.contiguous(), ptr, reduce, config, schedule_data)
 
 
 EXTREMA = ("max", "min", "amax", "amin")
 
 
 @torch.library.register_fake("pyg_fast::segment_reduce")
-def _(src, ptr, reduce, config=()):
+def _(src, ptr, reduce, config=(), schedule_data=None):
     return src.new_empty(src.size(0), ptr.size(0) - 1, src.size(2))
 
 
@@ -110,7 +110,7 @@ def _(grad_out, src, out, ptr, reduce, num_rows):
 
 
 def _setup_context(ctx, inputs, output):
-    src, ptr, reduce, _ = inputs
+    src, ptr, reduce = inputs[:3]
     extremum = reduce in EXTREMA
     ctx.save_for_backward(src if extremum else None, output if extremum else None, ptr)
     ctx.reduce = reduce
@@ -121,7 +121,7 @@ def _backward(ctx, grad_out):
     src, out, ptr = ctx.saved_tensors
     grad = torch.ops.pyg_fast.segment_reduce_backward(grad_out.contiguous(), src, out, ptr, ctx.reduce,
                                                       ctx.num_rows)
-    return grad, None, None, None
+    return grad, None, None, None, None
 
 
 torch.library.register_autograd("pyg_fast::segment_reduce", _backward, setup_context=_setup_context)

@@ -1,31 +1,56 @@
-"""Per-input choice of CUDA schedule and tiling for the segment kernels.
+"""Per-input choice of CUDA schedule and tiling for the segment kernels: one selector over
+GeoT's format-free schedules and the graph-aware ones (GNNAdvisor, G-Sparse).
 
 The choice depends only on cheap features of the input: number of source rows
 E, number of segments V (so the mean segment length E / V), feature size F,
 element size, whether rows are gathered, and the skew max/mean segment length
-(the maximum is computed once per graph with its layout). It is looked up in
-``rules.json``: a table of measured best configurations written by
-``benchmarks/tune_segment.py`` from sweeps on the GPU (nearest entry in
-(log2 E, log2 E/V, log2 F, element size, gather, log2 skew) space). Nothing here
-is tuned by hand. The choice is memoised, so repeated calls on one graph cost a
-dictionary lookup. CPU kernels take no configuration.
+(the maximum is computed once per graph with its layout), plus whether a
+graph-aware layout may be used. It is looked up in ``rules.json``: a table of
+measured best configurations written by ``benchmarks/tune_segment.py`` from
+sweeps on the GPU (nearest entry in (log2 E, log2 E/V, log2 F, element size,
+gather, log2 skew) space). Each entry holds the best configuration overall
+(``params``) and the best of GeoT's schedules (``geot_params``), taken where no
+per-graph layout may be built. The choice is memoised, so repeated calls on one
+graph cost a dictionary lookup. CPU kernels take no configuration.
 
-A config is ``[schedule, lanes, vector width, threads per block, rows per chunk]``
-(see ``pyg_fast/csrc/cuda/segment_launch.cuh``); schedules are ``row`` (one thread
-group per segment, lanes over features), ``row_parallel`` (one group per segment,
-lanes over its rows, warp-shuffle combine; for small F) and ``chunk`` (one group
-per fixed-size chunk of rows, for balance on skewed segment lengths).
+A config is ``[schedule, lanes, vector width, threads per block, rows per chunk or group]``
+(see ``pyg_fast/csrc/cuda/segment_launch.cuh``). Schedules:
+
+- ``row`` (GeoT sequential): one thread group per segment, lanes over features;
+- ``row_parallel`` (GeoT parallel): one group per segment, lanes over its rows, warp-shuffle
+  combine; for small F;
+- ``chunk`` (GeoT balanced): one group per fixed-size chunk of rows, for skewed segment lengths;
+- ``groups`` (GNNAdvisor): neighbour groups of ``chunk`` rows, dimension workers over features,
+  block-level combine in shared memory; needs the per-graph group table;
+- ``balanced`` (G-Sparse): one warp per segment in degree-sorted order, staged indices, strided
+  register tiles; needs the per-graph row order.
+
+Graph-aware layouts are built once per graph (cached with its CSR pointer, reused by the
+forward and backward passes), from the second reduction over the same graph on: a graph used
+once never pays for them. Under ``torch.compile`` only GeoT's schedules are used. Where a
+table entry leaves the group size or the dimension workers to the model (value 0), GNNAdvisor's
+rules fill them in: group size near the mean degree, dimension workers near F / 3.
+``explain`` shows a decision, ``set_override`` forces one.
 """
 import json
 import math
 import os
 from functools import lru_cache
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from torch import Tensor
 
+from pyg_fast.ops import _layout
+
 RULES_PATH = os.path.join(os.path.dirname(__file__), "rules.json")
-SCHEDULES = {"row": 0, "chunk": 1, "row_parallel": 2}
+SCHEDULES = {"row": 0, "chunk": 1, "row_parallel": 2, "groups": 3, "balanced": 4}
+GRAPH_AWARE = ("groups", "balanced")
+# Benchmark method name of each schedule (suite "schedule_select").
+METHOD_NAMES = {"row": "geot_sr", "row_parallel": "geot_pr", "chunk": "geot_chunk", "groups": "advisor_groups",
+                "balanced": "gsparse_balanced"}
+BALANCED_TILE = 2  # output vectors per thread of the balanced schedule: kBalancedTile in segment_reduce.cuh
+# A graph-aware layout is built on this reduction over the same CSR pointer, not before.
+LAYOUT_AFTER_USES = 2
 
 _override: Optional[Dict] = None
 
@@ -39,7 +64,9 @@ def rules() -> dict:
 def set_override(params: Optional[Dict]) -> None:
     """Forces ``params`` (keys schedule, max_lanes, threads, chunk) for every launch; None undoes it.
 
-    Used by the tuning sweep and for experiments.
+    ``max_lanes`` 0 and, for ``groups``, ``chunk`` 0 leave lanes and group size to GNNAdvisor's model.
+    Graph-aware schedules are forced too (their layout is built at once), except while tracing.
+    Used by the tuning sweep, the benchmarks and for experiments.
     """
     global _override
     _override = params
@@ -57,27 +84,43 @@ def features(num_rows: int, num_segments: int, num_features: int, element_size: 
             float(element_size), float(gather), math.log2(max(skew, 1.0))]
 
 
-def _nearest(feat: List[float]) -> Dict:
-    table = rules()["table"]
+def _distances(feat: List[float]) -> List[float]:
     weights = rules()["weights"]
-    best, best_d = None, float("inf")
-    for entry in table:
-        d = sum(w * (a - b) ** 2 for w, a, b in zip(weights, feat, entry["features"]))
-        if d < best_d:
-            best, best_d = entry, d
-    return best["params"] if best is not None else rules()["default"]
+    return [sum(w * (a - b) ** 2 for w, a, b in zip(weights, feat, e["features"])) for e in rules()["table"]]
+
+
+def _nearest_entry(feat: List[float]) -> Optional[Dict]:
+    table = rules()["table"]
+    if not table:
+        return None
+    dist = _distances(feat)
+    return table[min(range(len(table)), key=dist.__getitem__)]
+
+
+def _table_params(feat: List[float], graph_aware: bool) -> Dict:
+    entry = _nearest_entry(feat)
+    if entry is None:
+        return rules()["default"]
+    if graph_aware or entry["params"]["schedule"] not in GRAPH_AWARE:
+        return entry["params"]
+    return entry.get("geot_params", rules()["default"])
 
 
 def explain(num_rows: int, num_segments: int, num_features: int, element_size: int = 4, gather: bool = False,
-            max_segment: Optional[int] = None) -> str:
-    """Says which configuration an input gets and from which measured table entry."""
+            max_segment: Optional[int] = None, graph_aware: bool = False) -> str:
+    """Says which configuration an input gets and from which measured table entry.
+
+    ``graph_aware``: whether a per-graph layout may be used (the graph is reused, not tracing).
+    """
     feat = features(num_rows, num_segments, num_features, element_size, gather, max_segment)
-    table, weights = rules()["table"], rules()["weights"]
-    dist = [sum(w * (a - b) ** 2 for w, a, b in zip(weights, feat, e["features"])) for e in table]
-    nearest = table[min(range(len(table)), key=dist.__getitem__)] if table else None
-    chosen = choose(num_rows, num_segments, num_features, element_size, gather, num_features, max_segment)
-    return (f"features {[round(f, 2) for f in feat]} -> nearest measured input {nearest and nearest['features']} "
-            f"-> {chosen} ({rules()['source']})")
+    nearest = _nearest_entry(feat)
+    chosen = choose(num_rows, num_segments, num_features, element_size, gather, num_features, max_segment,
+                    graph_aware)
+    layouts = "graph-aware layouts allowed" if graph_aware else "GeoT schedules only (no per-graph layout)"
+    measured = nearest and {k: nearest.get(k) for k in ("params", "geot_params") if k in nearest}
+    override = " [override]" if _override is not None else ""
+    return (f"features {[round(f, 2) for f in feat]}, {layouts} -> nearest measured input "
+            f"{nearest and nearest['features']} {measured} -> {chosen}{override} ({rules()['source']})")
 
 
 def vector_width(num_features: int, element_size: int, feature_block: int) -> int:
@@ -89,45 +132,80 @@ def vector_width(num_features: int, element_size: int, feature_block: int) -> in
 
 
 def choose(num_rows: int, num_segments: int, num_features: int, element_size: int, gather: bool,
-           feature_block: int, max_segment: Optional[int] = None) -> Dict:
+           feature_block: int, max_segment: Optional[int] = None, graph_aware: bool = False) -> Dict:
     """The launch parameters for an input (schedule, lanes, vec, threads, chunk)."""
     if _override is not None:
-        return _resolve(_override, num_features, element_size, feature_block)
+        return _resolve(_override, num_rows, num_segments, num_features, element_size, feature_block)
     return _choose_from_table(num_rows, num_segments, num_features, element_size, gather, feature_block,
-                              max_segment)
+                              max_segment, graph_aware)
 
 
 @lru_cache(maxsize=4096)
-def _choose_from_table(num_rows, num_segments, num_features, element_size, gather, feature_block, max_segment):
+def _choose_from_table(num_rows, num_segments, num_features, element_size, gather, feature_block, max_segment,
+                       graph_aware):
     feat = features(num_rows, num_segments, num_features, element_size, gather, max_segment)
-    return _resolve(_nearest(feat), num_features, element_size, feature_block)
+    return _resolve(_table_params(feat, graph_aware), num_rows, num_segments, num_features, element_size,
+                    feature_block)
 
 
-def _resolve(params: Dict, num_features: int, element_size: int, feature_block: int) -> Dict:
-    """Concrete launch parameters: vector width from F, lanes from F (or the rows, for row_parallel)."""
+def _pow2_near(value: float, lo: int, hi: int) -> int:
+    """The power of two nearest to ``value`` (in log scale), clamped to [lo, hi]."""
+    return int(min(hi, max(lo, 2 ** round(math.log2(max(value, 1.0))))))
+
+
+def advisor_group_size(num_rows: int, num_segments: int) -> int:
+    """GNNAdvisor's neighbour-group size: near the mean segment length (degree), 2 to 64 rows."""
+    return _pow2_near(num_rows / max(num_segments, 1), 2, 64)
+
+
+def advisor_lanes(num_features: int, vec: int) -> int:
+    """GNNAdvisor's dimension workers: about F / 3 features per pass, here in vectors of ``vec``."""
+    return _pow2_near(num_features / (3 * vec), 1, 32)
+
+
+def _resolve(params: Dict, num_rows: int, num_segments: int, num_features: int, element_size: int,
+             feature_block: int) -> Dict:
+    """Concrete launch parameters: vector width from F; lanes from F (or the rows, for row_parallel);
+    GNNAdvisor's model where ``max_lanes`` or a group's ``chunk`` is 0."""
+    schedule = params["schedule"]
     vec = vector_width(num_features, element_size, feature_block)
-    lanes = 1
-    if params["schedule"] == "row_parallel":
-        lanes = params["max_lanes"]
-    while lanes < params["max_lanes"] and lanes * vec < num_features:
-        lanes *= 2
-    return dict(schedule=params["schedule"], lanes=lanes, vec=vec, threads=max(params["threads"], lanes),
-                chunk=params["chunk"])
+    chunk = params["chunk"]
+    if schedule == "groups" and chunk == 0:
+        chunk = advisor_group_size(num_rows, num_segments)
+    if params["max_lanes"] == 0:
+        lanes = advisor_lanes(num_features, vec)
+    else:
+        # Balanced threads hold BALANCED_TILE vectors each; row_parallel's lanes split rows.
+        per_lane = vec * (BALANCED_TILE if schedule == "balanced" else 1)
+        lanes = params["max_lanes"] if schedule == "row_parallel" else 1
+        while lanes < params["max_lanes"] and lanes * per_lane < num_features:
+            lanes *= 2
+    return dict(schedule=schedule, lanes=lanes, vec=vec, threads=max(params["threads"], lanes, 32), chunk=chunk)
 
 
-def segment_config(values: Tensor, num_rows: int, num_segments: int, gather: bool = False,
-                   heads: int = 1, covers_all: bool = True, max_segment: Optional[int] = None) -> List[int]:
-    """The int[] config argument of the segment ops; [] on CPU.
+def segment_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool = False, heads: int = 1,
+                   covers_all: bool = True, max_segment: Optional[int] = None
+                   ) -> Tuple[List[int], Optional[Tensor]]:
+    """The ``config`` and ``schedule_data`` arguments of the segment ops: ``([], None)`` on CPU.
 
-    ``values`` is the tensor whose rows are reduced (its last dimension is F);
-    ``num_rows`` the number of rows reduced (E); ``covers_all``: the segments cover
-    all E rows (ptr[0] == 0, ptr[-1] == E), which the chunk schedule needs (a COO
-    index always does).
+    ``values`` is the tensor whose rows are reduced (its last dimension is F); ``ptr`` the CSR
+    pointer of the segments; ``num_rows`` the number of rows reduced (E); ``covers_all``: the
+    segments cover all E rows (ptr[0] == 0, ptr[-1] == E), which the chunk schedule needs. The
+    layout of a graph-aware schedule is built here once per graph (cached on ``ptr``).
     """
     if not values.is_cuda:
-        return []
+        return [], None
     num_features = values.size(-1)
-    p = choose(num_rows, num_segments, num_features, values.element_size(), gather, num_features // heads,
-               max_segment)
-    schedule = p["schedule"] if covers_all else "row"
-    return [SCHEDULES[schedule], p["lanes"], p["vec"], p["threads"], p["chunk"]]
+    tracing = _layout._compiling(values, ptr)
+    graph_aware = not tracing and _layout.uses(ptr) >= LAYOUT_AFTER_USES
+    p = choose(num_rows, ptr.numel() - 1, num_features, values.element_size(), gather, num_features // heads,
+               max_segment, graph_aware)
+    schedule = p["schedule"]
+    if (schedule == "chunk" and not covers_all) or (schedule in GRAPH_AWARE and tracing):
+        schedule = "row"
+    data = None
+    if schedule == "groups":
+        data = _layout.neighbor_groups(ptr, p["chunk"])
+    elif schedule == "balanced":
+        data = _layout.balanced_order(ptr)
+    return [SCHEDULES[schedule], p["lanes"], p["vec"], p["threads"], p["chunk"]], data

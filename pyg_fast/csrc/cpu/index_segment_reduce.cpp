@@ -51,7 +51,8 @@ void check_bad_index(const std::atomic<bool>& bad_index, int64_t num_nodes) {
 
 at::Tensor index_segment_reduce(const at::Tensor& x, const at::Tensor& src_index,
                                 const at::Tensor& ptr, const std::optional<at::Tensor>& weight,
-                                c10::string_view reduce, c10::IntArrayRef /*config: CUDA only*/) {
+                                c10::string_view reduce, c10::IntArrayRef /*config: CUDA only*/,
+                                const std::optional<at::Tensor>& /*schedule_data: CUDA only*/) {
   check_index_segment_reduce_args(x, src_index, ptr, weight);
   const Reduce op = parse_reduce(std::string(reduce));
   const int64_t N = x.size(0), F = x.size(1), V = ptr.numel() - 1, E = src_index.numel();

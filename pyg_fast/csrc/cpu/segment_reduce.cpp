@@ -12,7 +12,8 @@ namespace pyg_fast::cpu {
 namespace {
 
 at::Tensor segment_reduce(const at::Tensor& src, const at::Tensor& ptr, c10::string_view reduce,
-                          c10::IntArrayRef /*config: CUDA only*/) {
+                          c10::IntArrayRef /*config: CUDA only*/,
+                          const std::optional<at::Tensor>& /*schedule_data: CUDA only*/) {
   check_segment_reduce_args(src, ptr);
   const Reduce op = parse_reduce(std::string(reduce));
   const int64_t B = src.size(0), E = src.size(1), F = src.size(2), V = ptr.numel() - 1;

@@ -30,7 +30,7 @@ void with_gathered_rows(const SegmentConfig& c, const at::Tensor& x, const at::T
 
 at::Tensor index_segment_reduce(const at::Tensor& x, const at::Tensor& src_index, const at::Tensor& ptr,
                                 const std::optional<at::Tensor>& weight, c10::string_view reduce,
-                                c10::IntArrayRef config) {
+                                c10::IntArrayRef config, const std::optional<at::Tensor>& schedule_data) {
   check_index_segment_reduce_args(x, src_index, ptr, weight);
   const Reduce op = parse_reduce(std::string(reduce));
   const c10::cuda::CUDAGuard guard(x.device());
@@ -41,12 +41,13 @@ at::Tensor index_segment_reduce(const at::Tensor& x, const at::Tensor& src_index
   if (E == 0) return out.zero_();
   SegmentConfig c = SegmentConfig::parse(config, F, head_dim, x.element_size());
   c.align_to({x.const_data_ptr(), out.const_data_ptr()}, x.element_size());
+  const GraphLayout layout = GraphLayout::parse(c, schedule_data, V, x);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "index_segment_reduce", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     PF_DISPATCH_REDUCE(op, [&] {
       with_gathered_rows<scalar_t>(c, x, src_index, weight, [&](const auto& rows) {
         constexpr int VEC = std::decay_t<decltype(rows)>::kVec;
-        launch_segment_reduce<scalar_t, acc_t, R, VEC>(c, ptr, V, 1, rows, out);
+        launch_segment_reduce<scalar_t, acc_t, R, VEC>(c, layout, ptr, V, 1, rows, out);
       });
     });
   });

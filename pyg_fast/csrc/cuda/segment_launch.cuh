@@ -7,16 +7,18 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <optional>
 #include <type_traits>
 
 #include "kernels/segment_reduce.cuh"
 
 namespace pyg_fast::cuda {
 
-enum class Schedule : int64_t { Row = 0, Chunk = 1, RowParallel = 2 };
+enum class Schedule : int64_t { Row = 0, Chunk = 1, RowParallel = 2, Groups = 3, Balanced = 4 };
 
 // Layout of the int[] config argument (kept in sync with pyg_fast/tuning/__init__.py):
-// [schedule, lanes per group, vector width, threads per block, rows per chunk]; [] = defaults.
+// [schedule, lanes per group, vector width, threads per block, rows per chunk (chunk) or per
+// neighbour group (groups; the layout holds the groups, this only names it)]; [] = defaults.
 struct SegmentConfig {
   Schedule schedule = Schedule::Row;
   int lanes = 32;
@@ -41,7 +43,7 @@ struct SegmentConfig {
     c.vec = static_cast<int>(config[2]);
     c.threads = static_cast<int>(config[3]);
     c.chunk = config[4];
-    TORCH_CHECK_VALUE(config[0] >= 0 && config[0] <= 2, "pyg_fast: unknown schedule ", config[0]);
+    TORCH_CHECK_VALUE(config[0] >= 0 && config[0] <= 4, "pyg_fast: unknown schedule ", config[0]);
     TORCH_CHECK_VALUE(c.lanes >= 1 && c.lanes <= 32 && (c.lanes & (c.lanes - 1)) == 0,
                       "pyg_fast: lanes must be a power of two <= 32, got ", c.lanes);
     TORCH_CHECK_VALUE((c.vec == 1 || c.vec == 2 || c.vec == 4 || c.vec == 8) && c.vec * element_size <= 16 &&
@@ -57,6 +59,46 @@ struct SegmentConfig {
   void align_to(std::initializer_list<const void*> pointers, int64_t element_size) {
     for (const void* p : pointers)
       while (vec > 1 && reinterpret_cast<uintptr_t>(p) % (vec * element_size) != 0) vec /= 2;
+  }
+};
+
+// The per-graph layout that the groups and balanced schedules read (built and cached by
+// pyg_fast/ops/_layout.py, passed as the op's `schedule_data`), checked against the config:
+//  * groups: [group_ptr (V + 1), group_start (G + 1), group_segment (G)], G neighbour groups;
+//  * balanced: row_order (V), the segments by decreasing length.
+struct GraphLayout {
+  const int64_t* group_ptr = nullptr;
+  const int64_t* group_start = nullptr;
+  const int64_t* group_segment = nullptr;
+  int64_t num_groups = 0;
+  const int64_t* row_order = nullptr;
+
+  static GraphLayout parse(const SegmentConfig& c, const std::optional<at::Tensor>& data, int64_t num_segments,
+                           const at::Tensor& like) {
+    GraphLayout layout;
+    if (c.schedule != Schedule::Groups && c.schedule != Schedule::Balanced) return layout;
+    TORCH_CHECK_VALUE(data.has_value(), "pyg_fast: the ", c.schedule == Schedule::Groups ? "groups" : "balanced",
+                      " schedule needs 'schedule_data' (pyg_fast.tuning builds it)");
+    TORCH_CHECK_TYPE(data->scalar_type() == at::kLong, "pyg_fast: 'schedule_data' must be int64, got ",
+                     data->scalar_type());
+    TORCH_CHECK_VALUE(data->dim() == 1 && data->is_contiguous(), "pyg_fast: 'schedule_data' must be 1-D and contiguous");
+    TORCH_CHECK_VALUE(data->device() == like.device(), "pyg_fast: 'schedule_data' is on ", data->device(),
+                      " but the values are on ", like.device());
+    const int64_t n = data->numel(), V = num_segments;
+    const int64_t* p = data->const_data_ptr<int64_t>();
+    if (c.schedule == Schedule::Balanced) {
+      TORCH_CHECK_VALUE(n == V, "pyg_fast: the balanced schedule's 'schedule_data' holds one entry per segment (",
+                        V, "), got ", n);
+      layout.row_order = p;
+      return layout;
+    }
+    TORCH_CHECK_VALUE(n >= V + 2 && (n - V - 2) % 2 == 0, "pyg_fast: the groups schedule's 'schedule_data' must "
+                      "hold V + 1 + 2 G + 1 entries for V = ", V, " segments, got ", n);
+    layout.num_groups = (n - V - 2) / 2;
+    layout.group_ptr = p;
+    layout.group_start = p + V + 1;
+    layout.group_segment = p + V + 1 + layout.num_groups + 1;
+    return layout;
   }
 };
 
@@ -91,34 +133,67 @@ void dispatch_vec(int vec, const F& f) {
 
 // Reduces the rows of `rows` into out [B, V, F] with the configured schedule.
 template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
-void launch_segment_reduce(const SegmentConfig& c, const at::Tensor& ptr, int64_t num_segments, int64_t batch,
-                           const Rows& rows, at::Tensor& out) {
+void launch_segment_reduce(const SegmentConfig& c, const GraphLayout& layout, const at::Tensor& ptr,
+                           int64_t num_segments, int64_t batch, const Rows& rows, at::Tensor& out) {
   auto stream = c10::cuda::getCurrentCUDAStream();
   const Groups groups{c.lanes};
   const int64_t* p = ptr.const_data_ptr<int64_t>();
   scalar_t* o = out.mutable_data_ptr<scalar_t>();
-  if (c.schedule == Schedule::Row) {
-    segment_rows_kernel<scalar_t, acc_t, R, VEC>
-        <<<grid_for(batch * num_segments, c), c.threads, 0, stream>>>(p, num_segments, batch, groups, rows, o);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return;
+  const auto carry_buffer = [&](int64_t num_chunks) {
+    return at::empty({batch, num_chunks, 2, rows.num_features},
+                     out.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
+  };
+  switch (c.schedule) {
+    case Schedule::Row:
+      segment_rows_kernel<scalar_t, acc_t, R, VEC>
+          <<<grid_for(batch * num_segments, c), c.threads, 0, stream>>>(p, num_segments, batch, groups, rows, o);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      return;
+    case Schedule::RowParallel:
+      segment_rows_parallel_kernel<scalar_t, acc_t, R, VEC>
+          <<<grid_for(batch * num_segments, c), c.threads, 0, stream>>>(p, num_segments, batch, groups, rows, o);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      return;
+    case Schedule::Balanced: {
+      const int64_t warps_per_block = c.threads / kWarpSize;
+      const int64_t blocks = std::max<int64_t>(
+          1, std::min<int64_t>((batch * num_segments + warps_per_block - 1) / warps_per_block, num_sms() * 32));
+      segment_balanced_kernel<scalar_t, acc_t, R, VEC><<<blocks, c.threads, 0, stream>>>(
+          p, layout.row_order, num_segments, batch, c.lanes, rows, o);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      return;
+    }
+    case Schedule::Groups: {
+      const int64_t per_block = c.threads / c.lanes;
+      const int64_t num_blocks = (layout.num_groups + per_block - 1) / per_block;
+      const at::Tensor carry = carry_buffer(num_blocks);
+      acc_t* cp = carry.mutable_data_ptr<acc_t>();
+      if (num_blocks > 0) {
+        const dim3 grid(static_cast<unsigned>(num_blocks), static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
+        segment_groups_kernel<scalar_t, acc_t, R, VEC><<<grid, c.threads, c.threads * VEC * sizeof(acc_t), stream>>>(
+            p, layout.group_ptr, layout.group_start, layout.group_segment, num_segments, layout.num_groups, batch,
+            c.lanes, rows, o, cp);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      }
+      segment_fixup_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_segments, c), c.threads, 0, stream>>>(
+          p, layout.group_ptr, layout.num_groups, num_segments, batch, rows.num_features, per_block, num_blocks,
+          groups, cp, o);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      return;
+    }
+    case Schedule::Chunk: {
+      const int64_t num_chunks = (rows.num_rows + c.chunk - 1) / c.chunk;
+      const at::Tensor carry = carry_buffer(num_chunks);
+      acc_t* cp = carry.mutable_data_ptr<acc_t>();
+      segment_chunks_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_chunks, c), c.threads, 0, stream>>>(
+          p, num_segments, batch, c.chunk, num_chunks, groups, rows, o, cp);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      segment_fixup_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_segments, c), c.threads, 0, stream>>>(
+          p, p, rows.num_rows, num_segments, batch, rows.num_features, c.chunk, num_chunks, groups, cp, o);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      return;
+    }
   }
-  if (c.schedule == Schedule::RowParallel) {
-    segment_rows_parallel_kernel<scalar_t, acc_t, R, VEC>
-        <<<grid_for(batch * num_segments, c), c.threads, 0, stream>>>(p, num_segments, batch, groups, rows, o);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return;
-  }
-  const int64_t num_chunks = (rows.num_rows + c.chunk - 1) / c.chunk;
-  const at::Tensor carry = at::empty({batch, num_chunks, 2, rows.num_features},
-                         out.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
-  acc_t* cp = carry.mutable_data_ptr<acc_t>();
-  segment_chunks_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_chunks, c), c.threads, 0, stream>>>(
-      p, num_segments, batch, c.chunk, num_chunks, groups, rows, o, cp);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  segment_fixup_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_segments, c), c.threads, 0, stream>>>(
-      p, num_segments, batch, rows.num_features, c.chunk, num_chunks, groups, cp, o);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace pyg_fast::cuda

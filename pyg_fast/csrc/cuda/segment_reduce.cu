@@ -11,7 +11,7 @@ namespace pyg_fast::cuda {
 namespace {
 
 at::Tensor segment_reduce(const at::Tensor& src, const at::Tensor& ptr, c10::string_view reduce,
-                          c10::IntArrayRef config) {
+                          c10::IntArrayRef config, const std::optional<at::Tensor>& schedule_data) {
   check_segment_reduce_args(src, ptr);
   const Reduce op = parse_reduce(std::string(reduce));
   const c10::cuda::CUDAGuard guard(src.device());
@@ -21,13 +21,14 @@ at::Tensor segment_reduce(const at::Tensor& src, const at::Tensor& ptr, c10::str
   if (E == 0) return out.zero_();  // every segment is empty
   SegmentConfig c = SegmentConfig::parse(config, F, F, src.element_size());
   c.align_to({src.const_data_ptr(), out.const_data_ptr()}, src.element_size());
+  const GraphLayout layout = GraphLayout::parse(c, schedule_data, V, src);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "segment_reduce", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     PF_DISPATCH_REDUCE(op, [&] {
       dispatch_vec<scalar_t>(c.vec, [&](auto vec) {
         constexpr int VEC = decltype(vec)::value;
         const DirectRows<scalar_t, VEC> rows{src.const_data_ptr<scalar_t>(), E, F};
-        launch_segment_reduce<scalar_t, acc_t, R, VEC>(c, ptr, V, B, rows, out);
+        launch_segment_reduce<scalar_t, acc_t, R, VEC>(c, layout, ptr, V, B, rows, out);
       });
     });
   });

@@ -6,7 +6,7 @@
 // Threads form groups of `lanes` threads; each lane owns VEC consecutive features (one 16-byte
 // load when VEC * sizeof(scalar_t) == 16), so a group covers lanes * VEC features per pass.
 //
-// Three schedules (chosen per input by pyg_fast/tuning):
+// Five schedules (chosen per input by pyg_fast/tuning); the last two read a per-graph layout:
 //  * row:   one group per output row walks the whole segment (GeoT's sequential reduction
 //           without atomics). Every output row is written exactly once, deterministic.
 //  * row_parallel: one group per output row, but its lanes split the segment's rows (lane l
@@ -18,6 +18,8 @@
 //           chunk are finished in place; a segment that crosses a chunk boundary leaves one
 //           partial per chunk in a carry buffer, and segment_fixup_kernel combines those partials
 //           (and writes the empty segments). Deterministic as well: no atomics.
+//  * groups: GNNAdvisor's neighbour groups, see segment_groups_kernel.
+//  * balanced: G-Sparse's degree-sorted rows with staged indices, see segment_balanced_kernel.
 #pragma once
 
 #include <cstdint>
@@ -39,8 +41,13 @@ struct DirectRows {
   const scalar_t* __restrict__ src;
   int64_t num_rows, num_features;
 
+  // Element offset of row e's first feature (-1 where the row is to be skipped).
+  __device__ __forceinline__ int64_t offset(int64_t b, int64_t e) const { return (b * num_rows + e) * num_features; }
+  __device__ __forceinline__ void load_at(int64_t offset, int64_t f0, Vec<scalar_t, VEC>& v) const {
+    v = *reinterpret_cast<const Vec<scalar_t, VEC>*>(src + offset + f0);
+  }
   __device__ __forceinline__ bool load(int64_t b, int64_t e, int64_t f0, Vec<scalar_t, VEC>& v) const {
-    v = *reinterpret_cast<const Vec<scalar_t, VEC>*>(src + (b * num_rows + e) * num_features + f0);
+    load_at(offset(b, e), f0, v);
     return true;
   }
   template <typename acc_t>
@@ -59,18 +66,36 @@ struct GatheredRows {
   const scalar_t* __restrict__ weight;  // [E, num_heads], read only if WEIGHTED
   int64_t num_nodes, num_rows, num_features, num_heads, head_dim;
 
-  __device__ __forceinline__ bool load(int64_t, int64_t e, int64_t f0, Vec<scalar_t, VEC>& v) const {
+  __device__ __forceinline__ int64_t offset(int64_t, int64_t e) const {
     const int64_t j = src_index[e];
-    if (static_cast<uint64_t>(j) >= static_cast<uint64_t>(num_nodes)) return false;
-    v = *reinterpret_cast<const Vec<scalar_t, VEC>*>(x + j * num_features + f0);
+    return static_cast<uint64_t>(j) < static_cast<uint64_t>(num_nodes) ? j * num_features : int64_t(-1);
+  }
+  __device__ __forceinline__ void load_at(int64_t offset, int64_t f0, Vec<scalar_t, VEC>& v) const {
+    v = *reinterpret_cast<const Vec<scalar_t, VEC>*>(x + offset + f0);
+  }
+  __device__ __forceinline__ bool load(int64_t b, int64_t e, int64_t f0, Vec<scalar_t, VEC>& v) const {
+    const int64_t o = offset(b, e);
+    if (o < 0) return false;
+    load_at(o, f0, v);
     return true;
   }
   template <typename acc_t>
   __device__ __forceinline__ acc_t scale(int64_t e, int64_t f0) const {
-    return static_cast<acc_t>(weight[e * num_heads + f0 / head_dim]);
+    if constexpr (!WEIGHTED) return acc_t(1);  // weight may be null
+    else return static_cast<acc_t>(weight[e * num_heads + f0 / head_dim]);
   }
   static constexpr bool kScaled = WEIGHTED;
 };
+
+// Folds one loaded vector, scaled by s where the row source is weighted, into acc.
+template <typename acc_t, Reduce R, bool SCALED, int VEC, typename scalar_t>
+__device__ __forceinline__ void fold_vec(acc_t (&acc)[VEC], const Vec<scalar_t, VEC>& v, acc_t s) {
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) {
+    const acc_t val = SCALED ? s * static_cast<acc_t>(v.v[k]) : static_cast<acc_t>(v.v[k]);
+    acc[k] = Reducer<R, acc_t>::update(acc[k], val);
+  }
+}
 
 // Folds the rows lo, lo + step, ... < hi of one lane's VEC features into acc, UNROLL loads in
 // flight.
@@ -86,25 +111,12 @@ __device__ __forceinline__ void fold_rows(const Rows& rows, int64_t b, int64_t l
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) ok[u] = rows.load(b, e + u * step, f0, v[u]);
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      if (!ok[u]) continue;
-      const acc_t s = rows.template scale<acc_t>(e + u * step, f0);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const acc_t val = Rows::kScaled ? s * static_cast<acc_t>(v[u].v[k]) : static_cast<acc_t>(v[u].v[k]);
-        acc[k] = Reducer<R, acc_t>::update(acc[k], val);
-      }
-    }
+    for (int u = 0; u < UNROLL; ++u)
+      if (ok[u]) fold_vec<acc_t, R, Rows::kScaled>(acc, v[u], rows.template scale<acc_t>(e + u * step, f0));
   }
   for (; e < hi; e += step) {
     Vec<scalar_t, VEC> v;
-    if (!rows.load(b, e, f0, v)) continue;
-    const acc_t s = rows.template scale<acc_t>(e, f0);
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      const acc_t val = Rows::kScaled ? s * static_cast<acc_t>(v.v[k]) : static_cast<acc_t>(v.v[k]);
-      acc[k] = Reducer<R, acc_t>::update(acc[k], val);
-    }
+    if (rows.load(b, e, f0, v)) fold_vec<acc_t, R, Rows::kScaled>(acc, v, rows.template scale<acc_t>(e, f0));
   }
 }
 
@@ -234,17 +246,22 @@ __global__ void segment_chunks_kernel(const int64_t* __restrict__ ptr, int64_t n
   }
 }
 
-// Chunk schedule, pass 2: one group per segment; combines the carries of segments that cross
-// chunk boundaries and writes empty segments.
+// Pass 2 of the chunk and neighbour-group schedules: one group per segment; combines the carries
+// of segments that cross chunk boundaries and writes empty segments. Chunks are `chunk` consecutive
+// units; segment r spans units [unit_ptr[r], unit_ptr[r+1]) of num_units (rows for the chunk
+// schedule, where unit_ptr is ptr; neighbour groups for the group schedule). ptr gives the counts.
 template <typename scalar_t, typename acc_t, Reduce R, int VEC>
-__global__ void segment_fixup_kernel(const int64_t* __restrict__ ptr, int64_t num_segments, int64_t batch,
+__global__ void segment_fixup_kernel(const int64_t* __restrict__ ptr, const int64_t* __restrict__ unit_ptr,
+                                     int64_t num_units, int64_t num_segments, int64_t batch,
                                      int64_t num_features, int64_t chunk, int64_t num_chunks, Groups groups,
                                      const acc_t* __restrict__ carry, scalar_t* __restrict__ out) {
   const int64_t F = num_features;
   const int64_t tile = static_cast<int64_t>(groups.lanes) * VEC;
   for (int64_t i = groups.first(); i < batch * num_segments; i += groups.stride()) {
     const int64_t b = i / num_segments, r = i - b * num_segments;
-    const int64_t lo = ptr[r], hi = ptr[r + 1];
+    const int64_t lo = min(max(unit_ptr[r], int64_t(0)), num_units);
+    const int64_t hi = min(max(unit_ptr[r + 1], lo), num_units);
+    const int64_t count = max(ptr[r + 1] - ptr[r], int64_t(0));
     const bool empty = hi <= lo;
     const int64_t c0 = empty ? 0 : lo / chunk, c1 = empty ? 0 : (hi - 1) / chunk;
     if (!empty && c0 == c1) continue;  // finished by its chunk
@@ -257,7 +274,176 @@ __global__ void segment_fixup_kernel(const int64_t* __restrict__ ptr, int64_t nu
 #pragma unroll
         for (int k = 0; k < VEC; ++k) acc[k] = Reducer<R, acc_t>::update(acc[k], part[k]);
       }
-      store_final<scalar_t, acc_t, R, VEC>(out + (b * num_segments + r) * F + f0, acc, empty ? 0 : hi - lo);
+      store_final<scalar_t, acc_t, R, VEC>(out + (b * num_segments + r) * F + f0, acc, empty ? 0 : count);
+    }
+  }
+}
+
+// Neighbour-group schedule (GNNAdvisor), pass 1. The layout (built once per graph by
+// pyg_fast/ops/_layout.py) cuts every segment into groups of at most `group_size` consecutive rows,
+// packed in segment order: group g covers rows [group_start[g], group_start[g + 1]) of segment
+// group_segment[g], and segment r owns groups [group_ptr[r], group_ptr[r + 1]). Long segments are
+// split over many groups and short ones share a block, so the work per group is bounded.
+// A block takes blockDim.x / lanes consecutive groups, each served by `lanes` dimension workers
+// (consecutive VEC-wide features, coalesced). Each group folds its rows in registers and leaves its
+// partial in shared memory; the leader (the segment's first group in the block) combines the
+// partials and writes the segment once, without atomics. A segment whose groups span blocks leaves
+// one partial per block in carry [B, num_blocks, 2, F] instead (slot 0 when it is the block's first
+// segment, else slot 1), and segment_fixup_kernel combines them in block order: deterministic and
+// valid for every reduction. All loops around __syncthreads are block-uniform.
+template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
+__global__ void segment_groups_kernel(const int64_t* __restrict__ ptr, const int64_t* __restrict__ group_ptr,
+                                      const int64_t* __restrict__ group_start,
+                                      const int64_t* __restrict__ group_segment, int64_t num_segments,
+                                      int64_t num_groups, int64_t batch, int lanes, Rows rows,
+                                      scalar_t* __restrict__ out, acc_t* __restrict__ carry) {
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  // partial[k * blockDim.x + threadIdx.x]: feature k of the thread's vector (conflict-free).
+  acc_t* partial = reinterpret_cast<acc_t*>(shared_bytes);
+  const int64_t F = rows.num_features, E = rows.num_rows, tile = static_cast<int64_t>(lanes) * VEC;
+  const int per_block = blockDim.x / lanes, slot = threadIdx.x / lanes, lane = threadIdx.x % lanes;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * per_block, num_blocks = gridDim.x;
+  const int in_block = static_cast<int>(min(static_cast<int64_t>(per_block), num_groups - first));
+  const int64_t g = first + slot;
+  int64_t lo = 0, hi = 0, r = -1;
+  if (slot < in_block) {
+    lo = min(max(group_start[g], int64_t(0)), E);
+    hi = min(max(group_start[g + 1], lo), E);
+    r = group_segment[g];
+  }
+  const bool valid = 0 <= r && r < num_segments;
+  const bool leader = valid && (slot == 0 || group_segment[g - 1] != r);
+  int run = 0;  // the leader's segment has groups slot .. slot + run - 1 in this block
+  if (leader)
+    while (slot + run < in_block && group_segment[g + run] == r) ++run;
+  const bool whole = leader && group_ptr[r] >= first && group_ptr[r + 1] <= first + in_block;
+  const int carry_slot = leader && group_ptr[r] <= first ? 0 : 1;
+  int64_t seg_lo = 0, seg_hi = 0;
+  if (leader) segment_bounds(ptr, r, E, seg_lo, seg_hi);
+  for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
+    for (int64_t base = 0; base < F; base += tile) {
+      const int64_t f0 = base + static_cast<int64_t>(lane) * VEC;
+      acc_t acc[VEC];
+      init_acc<acc_t, R, VEC>(acc);
+      if (valid && f0 < F) fold_rows<acc_t, R, VEC>(rows, b, lo, hi, f0, acc);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) partial[k * blockDim.x + threadIdx.x] = acc[k];
+      __syncthreads();
+      if (leader && f0 < F) {
+        for (int j = 1; j < run; ++j) {
+#pragma unroll
+          for (int k = 0; k < VEC; ++k)
+            acc[k] = Reducer<R, acc_t>::update(acc[k], partial[k * blockDim.x + threadIdx.x + j * lanes]);
+        }
+        if (whole) {
+          store_final<scalar_t, acc_t, R, VEC>(out + (b * num_segments + r) * F + f0, acc, seg_hi - seg_lo);
+        } else {
+          acc_t* dst = carry + ((b * num_blocks + blockIdx.x) * 2 + carry_slot) * F + f0;
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) dst[k] = acc[k];
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// Balanced-rows schedule (G-Sparse). One warp per segment, segments taken in the order row_order
+// (by decreasing length, built once per graph), so the warps of a block carry similar work and the
+// longest segments start first. A warp is `lanes` feature lanes times 32 / lanes edge lanes. It walks
+// its segment in tiles of 32 rows: each lane stages one row's source offset (and a single-head
+// weight) in shared memory with one coalesced load, then edge lane s folds rows s, s + 32 / lanes, ...
+// of the tile. Each thread holds kBalancedTile output vectors strided by lanes * VEC features (1-D
+// strided register tiling), so one walk over the rows covers kBalancedTile * lanes * VEC features; a
+// shuffle tree over the edge lanes combines them. Each segment is written once: deterministic.
+constexpr int kWarpSize = 32;
+constexpr int kBalancedTile = 2;  // pyg_fast/tuning/__init__.py sizes lanes with it
+constexpr int kMaxWarpsPerBlock = 32;
+
+// Folds UNROLL staged rows t, t + step, ... into the kBalancedTile vectors of acc.
+template <int UNROLL, typename acc_t, Reduce R, int VEC, typename Rows>
+__device__ __forceinline__ void fold_staged_rows(const Rows& rows, const int64_t* staged_offset,
+                                                 const acc_t* staged_weight, bool staged_scale, int t, int step,
+                                                 int64_t e0, int64_t f_first, int64_t f_stride,
+                                                 acc_t (&acc)[kBalancedTile][VEC]) {
+  using scalar_t = typename Rows::scalar_type;
+  const int64_t F = rows.num_features;
+  Vec<scalar_t, VEC> v[UNROLL][kBalancedTile];
+  int64_t o[UNROLL];
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    o[u] = staged_offset[t + u * step];
+#pragma unroll
+    for (int k = 0; k < kBalancedTile; ++k)
+      if (o[u] >= 0 && f_first + k * f_stride < F) rows.load_at(o[u], f_first + k * f_stride, v[u][k]);
+  }
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    if (o[u] < 0) continue;
+#pragma unroll
+    for (int k = 0; k < kBalancedTile; ++k) {
+      const int64_t f = f_first + k * f_stride;
+      if (f >= F) continue;
+      const acc_t s = staged_scale ? staged_weight[t + u * step]
+                                   : rows.template scale<acc_t>(e0 + t + u * step, f);
+      fold_vec<acc_t, R, Rows::kScaled>(acc[k], v[u][k], s);
+    }
+  }
+}
+
+template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
+__global__ void segment_balanced_kernel(const int64_t* __restrict__ ptr, const int64_t* __restrict__ row_order,
+                                        int64_t num_segments, int64_t batch, int lanes, Rows rows,
+                                        scalar_t* __restrict__ out) {
+  __shared__ int64_t staged_offset[kMaxWarpsPerBlock][kWarpSize];
+  __shared__ acc_t staged_weight[kMaxWarpsPerBlock][kWarpSize];
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int feature_lane = lane % lanes, edge_lane = lane / lanes, edge_lanes = kWarpSize / lanes;
+  const int64_t F = rows.num_features, E = rows.num_rows, f_stride = static_cast<int64_t>(lanes) * VEC;
+  bool staged_scale = false;
+  if constexpr (Rows::kScaled) staged_scale = rows.num_heads == 1;
+  const int64_t warps_per_block = blockDim.x / kWarpSize, warps = gridDim.x * warps_per_block;
+  for (int64_t i = blockIdx.x * warps_per_block + warp; i < batch * num_segments; i += warps) {
+    const int64_t b = i / num_segments, r = row_order[i - b * num_segments];
+    if (r < 0 || r >= num_segments) continue;  // the whole warp shares i: uniform
+    int64_t lo, hi;
+    segment_bounds(ptr, r, E, lo, hi);
+    for (int64_t base = 0; base < F; base += f_stride * kBalancedTile) {
+      const int64_t f_first = base + static_cast<int64_t>(feature_lane) * VEC;
+      acc_t acc[kBalancedTile][VEC];
+#pragma unroll
+      for (int k = 0; k < kBalancedTile; ++k) init_acc<acc_t, R, VEC>(acc[k]);
+      for (int64_t e0 = lo; e0 < hi; e0 += kWarpSize) {
+        const int n = static_cast<int>(min(static_cast<int64_t>(kWarpSize), hi - e0));
+        __syncwarp();  // the previous tile has been read
+        if (lane < n) {
+          staged_offset[warp][lane] = rows.offset(b, e0 + lane);
+          if (staged_scale) staged_weight[warp][lane] = rows.template scale<acc_t>(e0 + lane, 0);
+        }
+        __syncwarp();
+        int t = edge_lane;
+        for (; t + 3 * edge_lanes < n; t += 4 * edge_lanes)
+          fold_staged_rows<4, acc_t, R, VEC>(rows, staged_offset[warp], staged_weight[warp], staged_scale, t,
+                                             edge_lanes, e0, f_first, f_stride, acc);
+        for (; t < n; t += edge_lanes)
+          fold_staged_rows<1, acc_t, R, VEC>(rows, staged_offset[warp], staged_weight[warp], staged_scale, t,
+                                             edge_lanes, e0, f_first, f_stride, acc);
+      }
+      for (int offset = lanes; offset < kWarpSize; offset *= 2) {
+#pragma unroll
+        for (int k = 0; k < kBalancedTile; ++k) {
+#pragma unroll
+          for (int j = 0; j < VEC; ++j)
+            acc[k][j] = Reducer<R, acc_t>::update(acc[k][j], __shfl_xor_sync(0xffffffffu, acc[k][j], offset));
+        }
+      }
+      if (edge_lane == 0) {
+#pragma unroll
+        for (int k = 0; k < kBalancedTile; ++k) {
+          const int64_t f = f_first + k * f_stride;
+          if (f < F) store_final<scalar_t, acc_t, R, VEC>(out + (b * num_segments + r) * F + f, acc[k], hi - lo);
+        }
+      }
     }
   }
 }
