@@ -144,7 +144,12 @@ SCHEDULE_PARAMS = [dict(schedule="row", max_lanes=32, threads=128, chunk=256),
                    dict(schedule="row_parallel", max_lanes=8, threads=256, chunk=256),
                    dict(schedule="row_parallel", max_lanes=32, threads=128, chunk=256),
                    dict(schedule="chunk", max_lanes=32, threads=128, chunk=7),
-                   dict(schedule="chunk", max_lanes=4, threads=256, chunk=64)]
+                   dict(schedule="chunk", max_lanes=4, threads=256, chunk=64),
+                   dict(schedule="groups", max_lanes=32, threads=128, chunk=4),
+                   dict(schedule="groups", max_lanes=0, threads=256, chunk=0),  # GNNAdvisor's model
+                   dict(schedule="groups", max_lanes=2, threads=64, chunk=64),
+                   dict(schedule="balanced", max_lanes=32, threads=128, chunk=0),
+                   dict(schedule="balanced", max_lanes=2, threads=256, chunk=0)]
 
 
 @pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
@@ -170,3 +175,41 @@ def test_every_cuda_schedule(params, reduce, dtype, num_features):
         tuning.set_override(None)
     assert_close(out, scatter_reference(src, index, 200, reduce), dtype)
     assert_close(spmm, scatter_reference(gathered, index, 200, reduce), dtype, scale=2)
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
+@pytest.mark.parametrize("params", SCHEDULE_PARAMS[-5:], ids=lambda p: f"{p['schedule']}-{p['max_lanes']}-{p['chunk']}")
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_graph_aware_schedules_batched_and_ptr(params, reduce):
+    """The graph-aware schedules over a batch (src [3, E, F], reduced along dim 1) and a ptr that
+    does not start at row 0 (rows outside every segment are ignored), with gradients."""
+    from pyg_fast import tuning
+    index = random_index(2000, 90, "cuda", huge_segment=True)
+    src = torch.randn(3, 2000, 12, device="cuda")
+    ptr = torch._convert_indices_from_coo_to_csr(index, 90)
+    ptr[0] = ptr[1]  # segment 0 empty, its rows outside every segment
+    start = int(ptr[0])
+    ref_inner = scatter_reference(src[:, start:], index[start:], 90, reduce, dim=1)
+    tuning.set_override(params)
+    try:
+        x = src.clone().requires_grad_()
+        out = pyg_fast.segment_reduce(x, index, dim_size=90, reduce=reduce, dim=1)
+        out.backward(torch.ones_like(out))
+        shifted = pyg_fast.segment_reduce(src, ptr=ptr, reduce=reduce, dim=1)
+    finally:
+        tuning.set_override(None)
+    assert_close(out, scatter_reference(src, index, 90, reduce, dim=1), torch.float32)
+    assert_close(shifted, ref_inner, torch.float32)
+    ref_x = src.double().requires_grad_()
+    scatter_reference(ref_x, index, 90, reduce, dim=1).backward(torch.ones(3, 90, 12, dtype=torch.float64, device="cuda"))
+    assert_close(x.grad, ref_x.grad, torch.float32)
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
+def test_graph_aware_schedule_without_layout_raises():
+    src = torch.randn(1, 6, 2, device="cuda")
+    ptr = torch.tensor([0, 4, 6], device="cuda")
+    with pytest.raises(ValueError, match="schedule_data"):
+        torch.ops.pyg_fast.segment_reduce(src, ptr, "sum", [3, 2, 1, 64, 4])
+    with pytest.raises(ValueError, match="one entry per segment"):
+        torch.ops.pyg_fast.segment_reduce(src, ptr, "sum", [4, 2, 1, 64, 0], torch.zeros(5, dtype=torch.long, device="cuda"))

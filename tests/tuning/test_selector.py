@@ -1,0 +1,97 @@
+"""The schedule selector and the per-graph layouts of the graph-aware schedules (CPU-checkable
+parts; the CUDA kernels that read the layouts are tested in tests/ops on the GPU)."""
+import pytest
+import torch
+
+from pyg_fast import tuning
+from pyg_fast.ops import _layout
+
+
+def groups_reference(ptr: list, group_size: int):
+    """The neighbour-group table built row by row in plain Python."""
+    group_ptr, group_start, group_segment = [0], [], []
+    for r in range(len(ptr) - 1):
+        for start in range(ptr[r], ptr[r + 1], group_size):
+            group_start.append(start)
+            group_segment.append(r)
+        group_ptr.append(len(group_start))
+    return group_ptr + group_start + [ptr[-1]] + group_segment
+
+
+@pytest.mark.parametrize("group_size", [1, 3, 16])
+def test_neighbor_groups_match_reference(group_size):
+    degrees = torch.tensor([0, 5, 0, 0, 37, 1, 2, 0, 16])
+    ptr = torch.cat([torch.zeros(1, dtype=torch.long), degrees.cumsum(0)]) + 4  # need not start at 0
+    table = _layout.neighbor_groups(ptr, group_size)
+    assert table.tolist() == groups_reference(ptr.tolist(), group_size)
+    assert _layout.neighbor_groups(ptr, group_size) is table  # built once per graph
+
+
+def test_neighbor_groups_rejects_bad_size():
+    with pytest.raises(ValueError, match="group size"):
+        _layout.neighbor_groups(torch.tensor([0, 3]), 0)
+
+
+def test_balanced_order_sorts_by_decreasing_length():
+    ptr = torch.tensor([0, 2, 2, 9, 10, 14, 14])
+    order = _layout.balanced_order(ptr)
+    assert sorted(order.tolist()) == list(range(6))
+    assert order.tolist() == [2, 4, 0, 3, 1, 5]  # stable among equal lengths
+
+
+def test_uses_counts_per_pointer():
+    ptr, other = torch.tensor([0, 1, 3]), torch.tensor([0, 1, 3])
+    assert [_layout.uses(ptr), _layout.uses(ptr), _layout.uses(other)] == [1, 2, 1]
+
+
+def test_gnnadvisor_model():
+    assert tuning.advisor_group_size(1000, 100) == 8  # mean degree 10 -> 8
+    assert tuning.advisor_group_size(10, 100) == 2 and tuning.advisor_group_size(10**7, 10) == 64
+    assert tuning.advisor_lanes(96, 1) == 32 and tuning.advisor_lanes(64, 4) == 4 and tuning.advisor_lanes(4, 4) == 1
+
+
+@pytest.fixture
+def table(monkeypatch):
+    """A rules table with one input whose best schedule is graph-aware."""
+    rules = {"source": "test table", "weights": [1.0] * 6,
+             "default": dict(schedule="row", max_lanes=32, threads=256, chunk=256),
+             "table": [{"features": [20, 3, 5, 4, 1, 1],
+                        "params": dict(schedule="groups", max_lanes=0, threads=128, chunk=0),
+                        "geot_params": dict(schedule="chunk", max_lanes=32, threads=128, chunk=64)}]}
+    monkeypatch.setattr(tuning, "rules", lambda: rules)
+    tuning._choose_from_table.cache_clear()
+    yield rules
+    tuning._choose_from_table.cache_clear()
+
+
+def test_selector_uses_graph_aware_only_with_a_layout(table):
+    args = (1_000_000, 125_000, 48, 4, True, 48, 40)
+    geot = tuning.choose(*args, graph_aware=False)
+    aware = tuning.choose(*args, graph_aware=True)
+    assert geot == dict(schedule="chunk", lanes=16, vec=4, threads=128, chunk=64)  # 16 * 4 >= 48
+    # GNNAdvisor's model fills in the zeros: group size near the mean degree 8, F / 3 = 16 -> 4 vectors.
+    assert aware == dict(schedule="groups", lanes=4, vec=4, threads=128, chunk=8)
+    text = tuning.explain(1_000_000, 125_000, 48, 4, True, 40, graph_aware=True)
+    assert "groups" in text and "test table" in text and "graph-aware layouts allowed" in text
+
+
+def test_override_wins_and_resolves(table):
+    tuning.set_override(dict(schedule="balanced", max_lanes=32, threads=64, chunk=0))
+    try:
+        p = tuning.choose(1000, 10, 64, 4, True, 64)
+    finally:
+        tuning.set_override(None)
+    assert p == dict(schedule="balanced", lanes=8, vec=4, threads=64, chunk=0)  # 8 lanes * 4 * tile 2 = 64
+
+
+def test_cpu_takes_no_config():
+    values, ptr = torch.randn(5, 3), torch.tensor([0, 2, 5])
+    assert tuning.segment_launch(values, ptr, 5) == ([], None)
+
+
+def test_shipped_rules_name_known_schedules():
+    for entry in tuning.rules()["table"]:
+        for key in ("params", "geot_params"):
+            if key in entry:
+                assert entry[key]["schedule"] in tuning.SCHEDULES
+        assert entry.get("geot_params", entry["params"])["schedule"] not in tuning.GRAPH_AWARE
