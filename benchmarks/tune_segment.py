@@ -5,7 +5,9 @@ the GPU and writes the rule table that pyg_fast.tuning reads (pyg_fast/tuning/ru
 
 Every configuration's output is checked against torch before it is timed. The table keeps,
 for each input measured, the fastest configuration and the input's features; at run time
-the selector takes the nearest entry. The script also reports how far the selector's pick
+the selector takes the nearest entry (its best overall where a per-graph layout may be used,
+else its best GeoT schedule). Graph-aware schedules are timed with their layout already built
+(it is built once per graph and reused). The script also reports how far the selector's pick
 (leave-one-out) is from the best, so the rule's quality is measured, not assumed.
 """
 import argparse
@@ -21,8 +23,20 @@ from pyg_fast import tuning
 
 ROW_PARAMS = [dict(schedule="row", max_lanes=m, threads=t, chunk=256) for m in (8, 32) for t in (128, 256)]
 ROW_PARALLEL_PARAMS = [dict(schedule="row_parallel", max_lanes=m, threads=256, chunk=256) for m in (4, 8, 32)]
-CHUNK_PARAMS = [dict(schedule="chunk", max_lanes=m, threads=t, chunk=c)
-                for m in (8, 32) for t in (128, 256) for c in (32, 128, 512)]
+CHUNK_PARAMS = [dict(schedule="chunk", max_lanes=m, threads=128, chunk=c) for m in (8, 32) for c in (32, 128, 512)]
+# Neighbour groups: GNNAdvisor's model (0 = group size near the mean degree, lanes near F / 3)
+# and fixed alternatives around it.
+GROUPS_PARAMS = [dict(schedule="groups", max_lanes=0, threads=256, chunk=0),
+                 dict(schedule="groups", max_lanes=32, threads=128, chunk=0),
+                 dict(schedule="groups", max_lanes=32, threads=256, chunk=8),
+                 dict(schedule="groups", max_lanes=32, threads=256, chunk=32)]
+BALANCED_PARAMS = [dict(schedule="balanced", max_lanes=32, threads=t, chunk=0) for t in (128, 256)]
+
+
+def candidate_params(num_features: int) -> list:
+    """Every configuration the sweep (and the schedule_select benchmark's exhaustive search) tries."""
+    small = ROW_PARALLEL_PARAMS if num_features <= 16 else []
+    return ROW_PARAMS + small + CHUNK_PARAMS + GROUPS_PARAMS + BALANCED_PARAMS
 
 
 def power_law_graph(num_nodes: int, num_edges: int, exponent: float, gen: torch.Generator, device):
@@ -70,8 +84,7 @@ def sweep(device: str, quick: bool, out_dir: str):
                 ref = torch.zeros(num_nodes, num_features, device=device).index_add_(0, dst, rows)
                 run = lambda: pyg_fast.segment_reduce(rows, dst, dim_size=num_nodes, reduce="sum")
             timings = []
-            candidates = ROW_PARAMS + CHUNK_PARAMS + (ROW_PARALLEL_PARAMS if num_features <= 16 else [])
-            for params in candidates:
+            for params in candidate_params(num_features):
                 tuning.set_override(params)
                 try:
                     out = run()
@@ -84,15 +97,18 @@ def sweep(device: str, quick: bool, out_dir: str):
             baseline = median_ms(lambda: torch.zeros(num_nodes, num_features, device=device).index_add_(
                 0, dst, rows[src] if gather else rows))
             best_ms, best = min(timings, key=lambda t: t[0])
+            geot_ms, geot_best = min((t for t in timings if t[1]["schedule"] not in tuning.GRAPH_AWARE),
+                                     key=lambda t: t[0])
             feats = tuning.features(num_edges, num_nodes, num_features, 4, gather, max_degree)
             results.append(dict(num_nodes=num_nodes, num_edges=num_edges, exponent=exponent,
                                 max_degree=max_degree, F=num_features, gather=gather, features=feats,
-                                best=best, best_ms=best_ms, index_add_ms=baseline,
-                                all=[dict(ms=ms, **p) for ms, p in timings]))
+                                best=best, best_ms=best_ms, geot_best=geot_best, geot_best_ms=geot_ms,
+                                index_add_ms=baseline, all=[dict(ms=ms, **p) for ms, p in timings]))
             with open(os.path.join(out_dir, "sweep.jsonl"), "a") as f:
                 f.write(json.dumps(results[-1]) + "\n")
             print(f"V={num_nodes} E={num_edges} exp={exponent} maxdeg={max_degree} F={num_features} "
-                  f"gather={gather}: best {best_ms:.4f} ms {best} | index_add {baseline:.4f} ms", flush=True)
+                  f"gather={gather}: best {best_ms:.4f} ms {best} | best GeoT {geot_ms:.4f} ms | "
+                  f"index_add {baseline:.4f} ms", flush=True)
     return results
 
 
@@ -123,8 +139,8 @@ def main():
     source = (f"H100 sweep by benchmarks/tune_segment.py over {len(results)} inputs; leave-one-out: "
               f"{within}/{len(ratios)} picks within 10% of the best, geometric mean {geo:.3f}x the best")
     print(source)
-    table = [dict(features=r["features"], params=r["best"]) for r in results]
-    rules = dict(source=source, weights=weights, default=table[0]["params"] if table else {}, table=table)
+    table = [dict(features=r["features"], params=r["best"], geot_params=r["geot_best"]) for r in results]
+    rules = dict(source=source, weights=weights, default=table[0]["geot_params"] if table else {}, table=table)
     with open(os.path.join(args.out, "rules.json"), "w") as f:
         json.dump(rules, f, indent=1)
 
