@@ -10,7 +10,7 @@ It is found automatically. For each case it builds the inputs, a float64 (or
 otherwise independent) reference and a dict of methods (zero-argument callables,
 ``"pyg_fast"`` for ours, the baselines named ``torch_*`` / ``torch_scatter_*`` /
 ``pyg_*``), then calls ``benchmarks.common.bench_methods(rec, suite, case,
-methods, ref, device, rel_tol, quick, nbytes=...)``, which checks every method
+methods, ref, device, rel_tol, budget_for(quick), nbytes=...)``, which checks every method
 against the reference and times only those that are right (or calls
 ``rec.add(suite, case, method, ms, **extra)`` itself). ``case`` is a flat dict
 of JSON values, the same for every method timed on that case. ``quick=True``
