@@ -11,11 +11,14 @@ __version__ = "0.1.0"
 _LIBRARY_PATH = load_library()
 
 from pyg_fast.ops import (  # noqa: E402
+    edge_softmax,
     index_segment_reduce,
     index_weight_segment_reduce,
     sddmm,
     segment_reduce,
 )
+
+from pyg_fast.patch import patch  # noqa: E402
 
 
 def show_config() -> str:
@@ -45,5 +48,5 @@ def show_config() -> str:
     return text
 
 
-__all__ = ["segment_reduce", "index_segment_reduce", "index_weight_segment_reduce", "sddmm",
+__all__ = ["patch", "edge_softmax", "segment_reduce", "index_segment_reduce", "index_weight_segment_reduce", "sddmm",
            "show_config", "cuda_arch_list"]
