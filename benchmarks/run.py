@@ -71,7 +71,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     paths = (out / "results.json", out / "summary.md")
     rec = Recorder(device, autosave=paths)
     print("env:", rec.env, flush=True)
-    run_suites(rec, device, names, args.quick, paths)
+    try:
+        run_suites(rec, device, names, args.quick, paths)
+    except KeyboardInterrupt:  # a time limit (SIGINT from `timeout -s INT`): keep what was measured
+        rec.add_failure("run", "interrupted before all suites finished")
     rec.write(*paths)
     print(f"wrote {paths[0]} and {paths[1]}")
 
