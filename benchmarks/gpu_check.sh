@@ -24,6 +24,8 @@
 #   SANITIZE=1                   also run the CUDA op tests under compute-sanitizer
 #                                (memcheck and racecheck; SANITIZE_TESTS picks them)
 #   TORCH_SCATTER_WAIT_S=120     how long the benchmarks wait for torch_scatter's build
+#   DEVICE_CALL_S=600            the device call's limit: the benchmarks are interrupted (their
+#                                results so far kept) 20 s before it; BENCH_TIMEOUT_S overrides
 #   PYG_FAST_COMMIT, PYG_FAST_CSRC_TREE  recorded in results.json; taken from git when
 #                                it works (without git, csrc_tree is hashed from the files)
 set -uo pipefail
@@ -33,6 +35,7 @@ OUT=${OUT:-/tmp/gpu_check_out}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/gpu_check.log") 2>&1
 PY=${PYTHON:-python3}
+DEVICE_CALL_S=${DEVICE_CALL_S:-600}
 log() { echo "[gpu_check $(date +%T) +${SECONDS}s] $*"; }
 
 log "machine and versions"
@@ -122,8 +125,12 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
     tail -30 "$OUT/build_torch_scatter.log"
     log "torch_scatter failed to build or import: benchmarks run without it"
   fi
-  log "benchmarks"
-  $PY -m benchmarks.run --device "${BENCH_DEVICE:-cuda}" --out "$OUT" ${SUITES:+--suites "$SUITES"} \
+  # Stop the benchmarks in time for the summary to come back within the 10-minute call.
+  bench_limit=$((DEVICE_CALL_S - 20 - SECONDS))
+  [ "$bench_limit" -lt 60 ] && bench_limit=60
+  bench_limit=${BENCH_TIMEOUT_S:-$bench_limit}
+  log "benchmarks (interrupted after ${bench_limit}s)"
+  timeout -s INT -k 30 "$bench_limit" $PY -m benchmarks.run --device "${BENCH_DEVICE:-cuda}" --out "$OUT" ${SUITES:+--suites "$SUITES"} \
     $([ "${QUICK:-0}" = 1 ] && echo --quick) || status=1
   log "benchmarks done"
   cat "$OUT/summary.md"

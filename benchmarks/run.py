@@ -10,7 +10,7 @@ It is found automatically. For each case it builds the inputs, a float64 (or
 otherwise independent) reference and a dict of methods (zero-argument callables,
 ``"pyg_fast"`` for ours, the baselines named ``torch_*`` / ``torch_scatter_*`` /
 ``pyg_*``), then calls ``benchmarks.common.bench_methods(rec, suite, case,
-methods, ref, device, rel_tol, quick, nbytes=...)``, which checks every method
+methods, ref, device, rel_tol, budget_for(quick), nbytes=...)``, which checks every method
 against the reference and times only those that are right (or calls
 ``rec.add(suite, case, method, ms, **extra)`` itself). ``case`` is a flat dict
 of JSON values, the same for every method timed on that case. ``quick=True``
@@ -71,7 +71,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     paths = (out / "results.json", out / "summary.md")
     rec = Recorder(device, autosave=paths)
     print("env:", rec.env, flush=True)
-    run_suites(rec, device, names, args.quick, paths)
+    try:
+        run_suites(rec, device, names, args.quick, paths)
+    except KeyboardInterrupt:  # a time limit (SIGINT from `timeout -s INT`): keep what was measured
+        rec.add_failure("run", "interrupted before all suites finished")
     rec.write(*paths)
     print(f"wrote {paths[0]} and {paths[1]}")
 

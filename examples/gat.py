@@ -23,4 +23,4 @@ if __name__ == "__main__":
     args = parse_args("GAT node classification", epochs=200, lr=0.005)
     torch.manual_seed(args.seed)
     data = load_planetoid(args)
-    run(args, GAT(data.num_features, 8, int(data.y.max()) + 1), data)
+    run(args, lambda: GAT(data.num_features, 8, int(data.y.max()) + 1), data)

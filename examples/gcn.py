@@ -23,4 +23,4 @@ if __name__ == "__main__":
     args = parse_args("GCN node classification", epochs=200, lr=0.01)
     torch.manual_seed(args.seed)
     data = load_planetoid(args)
-    run(args, GCN(data.num_features, 16, int(data.y.max()) + 1), data)
+    run(args, lambda: GCN(data.num_features, 16, int(data.y.max()) + 1), data)

@@ -23,4 +23,4 @@ if __name__ == "__main__":
     args = parse_args("GIN node classification", epochs=200, lr=0.01)
     torch.manual_seed(args.seed)
     data = load_planetoid(args)
-    run(args, GIN(data.num_features, 64, int(data.y.max()) + 1), data)
+    run(args, lambda: GIN(data.num_features, 64, int(data.y.max()) + 1), data)

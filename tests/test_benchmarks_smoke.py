@@ -20,9 +20,10 @@ def recorder():
 
 @pytest.mark.parametrize("suite", available_suites())
 def test_suite_quick(recorder, suite, tmp_path):
+    before = len(recorder.records)
     run_suites(recorder, torch.device("cpu"), [suite], quick=True)
     assert [f for f in recorder.failures if f["suite"] == suite] == []
-    records = [r for r in recorder.records if r["suite"] == suite]
+    records = recorder.records[before:]  # a module may record several suites (e2e_train, e2e_infer)
     assert records and any(r["method"] == "pyg_fast" for r in records)
     for r in records:
         assert {"suite", "case", "method", "ms"} <= r.keys() and isinstance(r["case"], dict)
@@ -33,7 +34,8 @@ def test_suite_quick(recorder, suite, tmp_path):
     recorder.write(tmp_path / "results.json", tmp_path / "summary.md")
     written = json.loads((tmp_path / "results.json").read_text())
     assert ENV_KEYS <= written["env"].keys() and len(written["records"]) == len(recorder.records)
-    assert f"## {suite}" in (tmp_path / "summary.md").read_text()
+    summary = (tmp_path / "summary.md").read_text()
+    assert all(f"## {name}" in summary for name in {r["suite"] for r in records})
 
 
 def test_failing_suite_is_reported_and_others_run(tmp_path):

@@ -36,7 +36,7 @@ def edge_softmax(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tens
         if num_nodes is not None and num_nodes != ptr.numel() - 1:
             raise ValueError(f"pyg_fast: num_nodes={num_nodes} does not match 'ptr' "
                              f"(expected {ptr.numel() - 1})")
-        layout = _layout.SegmentLayout(_layout.check_ptr(ptr, num_edges, covers_all=True), None)
+        layout = _layout.ptr_layout(ptr, num_edges, covers_all=True)
     elif index is not None:
         check_index_tensor(index, "index", num_edges, src.device)
         if num_nodes is None:
