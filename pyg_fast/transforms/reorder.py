@@ -19,7 +19,7 @@ def label_propagation(edge_index: Tensor, num_nodes: int, max_iters: int = 10, s
     """Community label of every node by semi-synchronous label propagation (a fast modularity
     heuristic), vectorised with torch on the edges' device; edges are taken as undirected.
 
-    Each round a random half of the nodes (fixed seed) adopts the label most frequent among its
+    Each round a random half of the nodes (fixed seed, per device) adopts the label most frequent among its
     neighbours and itself (ties broken at random); updating half at a time avoids the
     oscillation of fully synchronous updates on bipartite structures. Stops when under 0.1% of the
     nodes change. Returns labels compacted to 0..C-1.
@@ -33,20 +33,21 @@ def label_propagation(edge_index: Tensor, num_nodes: int, max_iters: int = 10, s
     tail = torch.cat([src, dst, loops])
     head = torch.cat([dst, src, loops])
     labels = torch.arange(num_nodes, device=device)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(seed)
     for _ in range(max_iters):
         key = head * num_nodes + labels[tail]
         pairs, counts = _unique_counts(key)
         node, label = pairs // num_nodes, pairs % num_nodes
         # Ties broken at random per (node, label): a fixed order of labels would flood the graph
         # with the first labels (min-label propagation finds connected components, not communities).
-        score = counts.double() + 0.5 * torch.rand(pairs.numel(), generator=generator, dtype=torch.float64).to(device)
+        score = counts.double() + 0.5 * torch.rand(pairs.numel(), generator=generator, dtype=torch.float64,
+                                                   device=device)
         best = torch.zeros(num_nodes, dtype=score.dtype, device=device).scatter_reduce(
             0, node, score, "amax", include_self=False)
         candidate = torch.where(score == best[node], label, torch.full_like(label, num_nodes))
         winner = torch.full((num_nodes,), num_nodes, device=device).scatter_reduce(
             0, node, candidate, "amin", include_self=True)
-        update = (torch.rand(num_nodes, generator=generator) < 0.5).to(device)
+        update = torch.rand(num_nodes, generator=generator, device=device) < 0.5
         new_labels = torch.where(update, winner, labels)
         changed = int((new_labels != labels).sum())
         labels = new_labels
