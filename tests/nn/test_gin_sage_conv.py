@@ -73,7 +73,12 @@ def test_sage_bipartite_and_sparse(device, aggr):
     x1 = torch.randn(30, 16, device=device, requires_grad=True)
     x2 = torch.randn(12, 8, device=device, requires_grad=True)
     compare(ref, fast, ((x1, x2), ei), (x1, x2), expect_ops=OPS)
-    compare(ref, fast, ((x1, x2), to_torch_csc_tensor(ei, size=(30, 12)).t()), (x1, x2), expect_ops=OPS)
+    adj_t = to_torch_csc_tensor(ei, size=(30, 12)).t()
+    if aggr in ("max", "min") and torch.device(device).type == "cuda":
+        # PyG's torch.sparse path has no CUDA max/min: compare with its edge_index result
+        torch.testing.assert_close(fast((x1, x2), adj_t), ref((x1, x2), ei), rtol=1e-5, atol=1e-5)
+    else:
+        compare(ref, fast, ((x1, x2), adj_t), (x1, x2), expect_ops=OPS)
     compare(ref, fast, ((x1, None), ei, (30, 12)), (x1,), expect_ops=OPS)
 
 
@@ -88,8 +93,7 @@ def test_sage_compile():
     ref, fast = sage_pair("cpu")
     x, ei = torch.randn(20, 16), random_graph(20, 80)
     fast(x, ei)  # warm the layout cache outside the compiled region
-    # not fullgraph yet: ops/_layout.py index validation guards on data while tracing (reported)
-    compiled = torch.compile(fast, backend="aot_eager")
+    compiled = torch.compile(fast, fullgraph=True)
     torch.testing.assert_close(compiled(x, ei), ref(x, ei), rtol=1e-5, atol=1e-5)
 
 
