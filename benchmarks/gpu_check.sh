@@ -7,6 +7,8 @@
 #
 # .device/ must hold torch_scatter-2.1.2.tar.gz, fetched on a CPU machine with
 #   pip download --no-build-isolation --no-deps --no-binary :all: torch-scatter==2.1.2 -d .device
+# and the datasets the benchmarks read (../shared does not travel):
+#   mkdir -p .device/datasets && cp -r ../shared/datasets/{planetoid,hetero_types} .device/datasets/
 # Without it (or if its build fails) the benchmarks run without torch_scatter.
 #
 # Files written to $OUT (at most 8 come back): gpu_check.log (everything below),
@@ -59,6 +61,9 @@ for h in cusparse.h cublas_v2.h cublasLt.h cusolverDn.h; do
     [ "$d" != "." ] && export CPATH=${CPATH:+$CPATH:}$d
   fi
 done
+
+# ../shared does not travel to the device: the datasets the benchmarks read are carried in .device/.
+if [ -z "${PYG_FAST_DATA:-}" ] && [ -d .device/datasets ]; then export PYG_FAST_DATA=$PWD/.device/datasets; fi
 
 TORCH_SCATTER_DIR=$PWD/.device/site
 TORCH_SCATTER_TARBALL=$(ls .device/torch_scatter-*.tar.gz 2>/dev/null | head -1)
