@@ -13,7 +13,9 @@ _LIBRARY_PATH = load_library()
 from pyg_fast.ops import (  # noqa: E402
     index_segment_reduce,
     index_weight_segment_reduce,
+    gather_segment_matmul,
     sddmm,
+    segment_matmul,
     segment_reduce,
 )
 
@@ -46,4 +48,4 @@ def show_config() -> str:
 
 
 __all__ = ["segment_reduce", "index_segment_reduce", "index_weight_segment_reduce", "sddmm",
-           "show_config", "cuda_arch_list"]
+           "segment_matmul", "gather_segment_matmul", "show_config", "cuda_arch_list"]
