@@ -13,8 +13,10 @@ either added atomically into an fp32 buffer, or (deterministic) written out and 
 type in a fixed order by a second kernel.
 
 With ``TRITON_INTERPRET=1`` set before this module is imported, the kernels run on CPU tensors
-(that is how CI tests them).
+(that is how CI tests them). The kernels use only builtins of ``triton.language`` (``tl.full``,
+not the jitted ``tl.zeros``), so they also interpret when Triton itself was imported earlier.
 """
+import os
 from typing import Optional
 
 import torch
@@ -33,11 +35,15 @@ from pyg_fast.triton.segment_matmul_config import (
     wgrad_rows_per_item,
 )
 
+# Triton's CPU interpreter computes tl.dot on bfloat16 tiles wrongly (seen with triton 3.9), so
+# there the tiles are widened to fp32 first; bf16 products are exact in fp32, as on tensor cores.
+_WIDEN_BF16 = os.getenv("TRITON_INTERPRET", "0") == "1"
+
 
 @triton.jit
 def _segmm_fwd_kernel(x_ptr, w_ptr, b_ptr, out_ptr, prog_ptr, items_ptr, K, N,
                       stride_xm, stride_wt, stride_wk, stride_wn, stride_om,
-                      HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr,
+                      HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, WIDEN: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid = tl.program_id(0)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -53,13 +59,16 @@ def _segmm_fwd_kernel(x_ptr, w_ptr, b_ptr, out_ptr, prog_ptr, items_ptr, K, N,
         for m0 in range(start, end, BLOCK_M):
             offs_m = (m0 + tl.arange(0, BLOCK_M)).to(tl.int64)
             mask_m = offs_m < end
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            acc = tl.full((BLOCK_M, BLOCK_N), 0.0, dtype=tl.float32)
             for k0 in range(0, K, BLOCK_K):
                 kk = k0 + offs_k
                 a = tl.load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :],
                             mask=mask_m[:, None] & (kk[None, :] < K), other=0.0)
                 b = tl.load(w_base + kk[:, None] * stride_wk + offs_n[None, :] * stride_wn,
                             mask=(kk[:, None] < K) & mask_n[None, :], other=0.0)
+                if WIDEN:
+                    a = a.to(tl.float32)
+                    b = b.to(tl.float32)
                 acc = tl.dot(a, b, acc, input_precision=PRECISION)
             if HAS_BIAS:
                 acc += tl.load(b_ptr + t * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
@@ -69,7 +78,7 @@ def _segmm_fwd_kernel(x_ptr, w_ptr, b_ptr, out_ptr, prog_ptr, items_ptr, K, N,
 
 @triton.jit
 def _segmm_wgrad_kernel(x_ptr, g_ptr, dst_ptr, items_ptr, K, N, stride_xm, stride_gm,
-                        ATOMIC: tl.constexpr, PRECISION: tl.constexpr,
+                        ATOMIC: tl.constexpr, PRECISION: tl.constexpr, WIDEN: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     it = tl.program_id(0)
     offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -79,7 +88,7 @@ def _segmm_wgrad_kernel(x_ptr, g_ptr, dst_ptr, items_ptr, K, N, stride_xm, strid
     t = tl.load(items_ptr + 3 * it).to(tl.int64)
     start = tl.load(items_ptr + 3 * it + 1)
     end = tl.load(items_ptr + 3 * it + 2)
-    acc = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)
+    acc = tl.full((BLOCK_K, BLOCK_N), 0.0, dtype=tl.float32)
     for m0 in range(start, end, BLOCK_M):
         offs_m = (m0 + tl.arange(0, BLOCK_M)).to(tl.int64)
         mask_m = offs_m < end
@@ -87,6 +96,9 @@ def _segmm_wgrad_kernel(x_ptr, g_ptr, dst_ptr, items_ptr, K, N, stride_xm, strid
                      mask=mask_k[:, None] & mask_m[None, :], other=0.0)
         g = tl.load(g_ptr + offs_m[:, None] * stride_gm + offs_n[None, :],
                     mask=mask_m[:, None] & mask_n[None, :], other=0.0)
+        if WIDEN:
+            xt = xt.to(tl.float32)
+            g = g.to(tl.float32)
         acc = tl.dot(xt, g, acc, input_precision=PRECISION)
     mask = mask_k[:, None] & mask_n[None, :]
     # ATOMIC: dst is the fp32 [T, K, N] result; else the [items, K, N] partials.
@@ -103,9 +115,13 @@ def _segmm_wgrad_reduce_kernel(part_ptr, type_items_ptr, out_ptr, KN, BLOCK: tl.
     t = tl.program_id(0)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < KN
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for it in range(tl.load(type_items_ptr + t), tl.load(type_items_ptr + t + 1)):
-        acc += tl.load(part_ptr + it.to(tl.int64) * KN + offs, mask=mask, other=0.0)
+    first = tl.load(type_items_ptr + t)
+    last = tl.load(type_items_ptr + t + 1)
+    src = part_ptr + first.to(tl.int64) * KN + offs
+    acc = tl.full((BLOCK,), 0.0, dtype=tl.float32)
+    for _ in range(first, last):  # the type's items in a fixed order: bitwise reproducible
+        acc += tl.load(src, mask=mask, other=0.0)
+        src += KN
     tl.store(out_ptr + t.to(tl.int64) * KN + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -113,6 +129,10 @@ def _precision(dtype: torch.dtype) -> str:
     if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
         return "tf32"
     return "ieee"
+
+
+def _widen(dtype: torch.dtype) -> bool:
+    return _WIDEN_BF16 and dtype == torch.bfloat16
 
 
 def _ptr_on_host(ptr: Tensor) -> Tensor:
@@ -145,7 +165,7 @@ def _launch_forward(x: Tensor, ptr: Tensor, w: Tensor, bias: Optional[Tensor], o
     _segmm_fwd_kernel[grid](
         x, w, bias if bias is not None else w, out, routing.prog_ptr, routing.items, K, N,
         x.stride(0), w.stride(0), w.stride(1), w.stride(2), out.stride(0),
-        HAS_BIAS=bias is not None, PRECISION=_precision(x.dtype),
+        HAS_BIAS=bias is not None, PRECISION=_precision(x.dtype), WIDEN=_widen(x.dtype),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
@@ -193,7 +213,7 @@ def weight_grad(x: Tensor, ptr: Tensor, g: Tensor, deterministic: bool) -> Tenso
     if items == 0 or K == 0 or N == 0:
         return torch.zeros(T, K, N, dtype=x.dtype, device=x.device)
     grid = (items, triton.cdiv(K, cfg.block_k), triton.cdiv(N, cfg.block_n))
-    common = dict(PRECISION=_precision(x.dtype), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+    common = dict(PRECISION=_precision(x.dtype), WIDEN=_widen(x.dtype), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                   BLOCK_K=cfg.block_k, num_warps=cfg.num_warps)
     if not deterministic:
         acc = torch.zeros(T, K, N, dtype=torch.float32, device=x.device)
