@@ -114,14 +114,15 @@ def _backward(ctx, grad: Tensor):
     grad = grad.contiguous()
     deterministic = _use_deterministic(ctx.deterministic)
     grad_x = grad_other = grad_bias = None
-    if ctx.needs_input_grad[0]:
+    needs = ctx.needs_input_grad  # trailing defaulted arguments are left out
+    if needs[0]:
         grad_x = torch.ops.pyg_fast.segment_matmul(grad, ptr, other.transpose(1, 2).contiguous(), None, deterministic)
-    if ctx.needs_input_grad[2]:
+    if needs[2]:
         grad_other = torch.ops.pyg_fast.segment_matmul_weight_grad(x, ptr, grad, deterministic)
-    if ctx.needs_input_grad[3]:
+    if len(needs) > 3 and needs[3]:
         from pyg_fast.ops.segment_reduce import segment_reduce
         grad_bias = segment_reduce(grad, ptr=_ptr_on(ptr, grad.device), reduce="sum")
-    return grad_x, None, grad_other, grad_bias, None
+    return (grad_x, None, grad_other, grad_bias, None)[:len(needs)]
 
 
 def _ptr_on(ptr: Tensor, device: torch.device) -> Tensor:

@@ -64,7 +64,12 @@ def test_ptr_on_cpu_for_device_inputs_and_no_bias(device):
     x, ptr, w, _ = make([3, 0, 40, 7], 16, 8, torch.float32, device, bias=False)
     out = segment_matmul(x, ptr, w)  # ptr stays on the CPU, as pyg-lib allows
     assert out.device == x.device
-    assert_close(out, reference(x, ptr, w), torch.float32)
+    xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    ref = reference(xd, ptr, wd)
+    assert_close(out, ref, torch.float32)
+    grad = torch.randn_like(ref)
+    for got, want in zip(grads_of(out, grad.float(), (x, w)), grads_of(ref, grad, (xd, wd))):
+        assert_close(got, want, torch.float32)
 
 
 @pytest.mark.parametrize("device", DEVICES)
