@@ -21,3 +21,22 @@ def assert_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, scale
     err = rel_err(out, ref)
     bound = REL_TOL[dtype] * scale
     assert err <= bound, f"relative error {err:.3g} > {bound:.3g} ({dtype})"
+
+
+def poison_allocator(numel: int, device: str, dtype: torch.dtype = torch.float32) -> None:
+    """Fills a freed block of the caching allocator with NaN, so an op that leaves part of
+    a fresh output unwritten shows NaN instead of a lucky zero (CUDA; best effort on CPU)."""
+    block = torch.full((max(int(numel), 1),), float("nan"), device=device, dtype=dtype)
+    del block
+
+
+def scatter_reference(src: torch.Tensor, index: torch.Tensor, dim_size: int, reduce: str, dim: int = 0):
+    """PyG semantics in float64 through torch.scatter_reduce: empty segments give 0."""
+    src64 = src.double()
+    shape = list(src64.shape)
+    shape[dim] = dim_size
+    idx_shape = [1] * src64.dim()
+    idx_shape[dim] = -1
+    idx = index.view(idx_shape).expand_as(src64)
+    name = {"sum": "sum", "mean": "mean", "max": "amax", "min": "amin"}[reduce]
+    return src64.new_zeros(shape).scatter_reduce(dim, idx, src64, name, include_self=False)

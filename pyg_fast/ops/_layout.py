@@ -53,10 +53,11 @@ class SegmentLayout(NamedTuple):
 
     ``ptr`` [dim_size + 1] is the CSR pointer over the rows in sorted order;
     ``perm`` [E] lists the rows in that order, or is None when the index was
-    already sorted.
+    already sorted; ``covers_all`` says whether ptr spans every row (0 to E).
     """
     ptr: Tensor
     perm: Optional[Tensor]
+    covers_all: bool = True
 
 
 def _index_stats(index: Tensor) -> Tuple[int, int, bool]:
@@ -69,7 +70,13 @@ def _index_stats(index: Tensor) -> Tuple[int, int, bool]:
 
 
 def check_index_range(index: Tensor, size: int, name: str) -> bool:
-    """Raises IndexError unless every value lies in [0, size); returns whether sorted (cached)."""
+    """Raises IndexError unless every value lies in [0, size); returns whether sorted (cached).
+
+    Under torch.compile nothing is checked (that would need a host sync) and False is returned.
+    """
+    if _compiling():
+        return False
+
     def compute():
         lo, hi, is_sorted = _index_stats(index)
         if index.numel() > 0 and (lo < 0 or hi >= size):
@@ -99,27 +106,31 @@ def coo_layout(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None) -
     return cached(index, ("coo_layout", dim_size, is_sorted), compute)
 
 
-def check_ptr(ptr: Tensor, num_rows: int, covers_all: bool = False) -> Tensor:
-    """Validates a CSR pointer over ``num_rows`` rows and returns it as int64 (cached).
+def ptr_layout(ptr: Tensor, num_rows: int, covers_all: bool = False) -> SegmentLayout:
+    """Validates a CSR pointer over ``num_rows`` rows; the layout holds it as int64 (cached).
 
-    ``covers_all`` also demands ``ptr[0] == 0`` and ``ptr[-1] == num_rows``.
+    ``covers_all`` demands ``ptr[0] == 0`` and ``ptr[-1] == num_rows``; otherwise
+    the layout records whether that holds.
     """
     if ptr.dim() != 1 or ptr.numel() < 1:
         raise ValueError(f"pyg_fast: 'ptr' must be a non-empty 1-D tensor, got shape {tuple(ptr.shape)}")
     ptr = as_long(ptr)
 
     def compute():
-        if ptr.numel() > 1 and not _compiling():
+        if _compiling():
+            return SegmentLayout(ptr, None, covers_all)
+        if ptr.numel() > 1:
             lo, hi, is_sorted = _index_stats(ptr)
             if lo < 0 or hi > num_rows or not is_sorted or (covers_all and (lo != 0 or hi != num_rows)):
                 span = f"from 0 to {num_rows}" if covers_all else f"within [0, {num_rows}]"
                 raise ValueError(f"pyg_fast: 'ptr' must be non-decreasing {span} (the number of rows "
                                  f"it splits), got values in [{lo}, {hi}]{'' if is_sorted else ', not sorted'}")
-        elif covers_all and not _compiling() and num_rows != 0:
+            return SegmentLayout(ptr, None, lo == 0 and hi == num_rows)
+        if covers_all and num_rows != 0:
             raise ValueError(f"pyg_fast: 'ptr' with one entry covers no rows but there are {num_rows}")
-        return ptr
+        return SegmentLayout(ptr, None, num_rows == 0)
 
-    return cached(ptr, ("check_ptr", num_rows, covers_all), compute)
+    return cached(ptr, ("ptr_layout", num_rows, covers_all), compute)
 
 
 def ptr_to_index(ptr: Tensor, num_rows: int) -> Tensor:

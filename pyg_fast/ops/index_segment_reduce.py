@@ -53,7 +53,7 @@ def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optiona
         if dim_size is not None and dim_size != ptr.numel() - 1:
             raise ValueError(f"pyg_fast: dim_size={dim_size} does not match 'ptr' "
                              f"(expected {ptr.numel() - 1})")
-        layout = _layout.SegmentLayout(_layout.check_ptr(ptr, num_edges, covers_all=True), None)
+        layout = _layout.ptr_layout(ptr, num_edges, covers_all=True)
         dim_size = ptr.numel() - 1
     else:
         check_index_tensor(dst_index, "dst_index", num_edges, x.device)
@@ -90,7 +90,8 @@ def _edge_weight(weight: Optional[Tensor], num_edges: int, num_features: int, de
 
 def _index_segment_reduce_csr(x2: Tensor, src_index: Tensor, ptr: Tensor, weight: Optional[Tensor],
                               reduce: str) -> Tensor:
-    config = segment_config(x2.unsqueeze(0), ptr.numel() - 1, reduce, gather=True)
+    config = segment_config(x2, src_index.numel(), ptr.numel() - 1, gather=True,
+                            heads=weight.size(1) if weight is not None else 1)
     return torch.ops.pyg_fast.index_segment_reduce(
         x2.contiguous(), src_index, ptr, weight.contiguous() if weight is not None else None, reduce,
         config)

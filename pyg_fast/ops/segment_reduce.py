@@ -54,7 +54,7 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
         if dim_size is not None and dim_size != ptr.numel() - 1:
             raise ValueError(f"pyg_fast: dim_size={dim_size} does not match 'ptr' with {ptr.numel()} "
                              f"entries (expected dim_size={ptr.numel() - 1})")
-        layout = _layout.SegmentLayout(_layout.check_ptr(ptr, num_rows), None)
+        layout = _layout.ptr_layout(ptr, num_rows)
         dim_size = ptr.numel() - 1
     else:
         check_index_tensor(index, "index", num_rows, src.device)
@@ -72,7 +72,7 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
         pre *= s
     src3 = src.reshape(pre, num_rows, -1) if src.numel() > 0 else src.new_zeros(pre, num_rows, _prod(shape[dim + 1:]))
     if layout.perm is None:
-        out = _segment_reduce_csr(src3, layout.ptr, reduce)
+        out = _segment_reduce_csr(src3, layout.ptr, reduce, layout.covers_all)
     elif pre == 1:
         from pyg_fast.ops.index_segment_reduce import _index_segment_reduce_csr
         out = _index_segment_reduce_csr(src3[0], layout.perm, layout.ptr, None, reduce).unsqueeze(0)
@@ -89,8 +89,8 @@ def _prod(sizes) -> int:
     return p
 
 
-def _segment_reduce_csr(src3: Tensor, ptr: Tensor, reduce: str) -> Tensor:
-    config = segment_config(src3, ptr.numel() - 1, reduce)
+def _segment_reduce_csr(src3: Tensor, ptr: Tensor, reduce: str, covers_all: bool = True) -> Tensor:
+    config = segment_config(src3, src3.size(1), ptr.numel() - 1, covers_all=covers_all)
     return torch.ops.pyg_fast.segment_reduce(src3.contiguous(), ptr, reduce, config)
 
 

@@ -1,0 +1,132 @@
+"""Sweeps the CUDA segment-reduction configurations over many graphs and feature sizes on
+the GPU and writes the rule table that pyg_fast.tuning reads (pyg_fast/tuning/rules.json).
+
+    python -m benchmarks.tune_segment --out DIR    # writes DIR/rules.json and DIR/sweep.json
+
+Every configuration's output is checked against torch before it is timed. The table keeps,
+for each input measured, the fastest configuration and the input's features; at run time
+the selector takes the nearest entry. The script also reports how far the selector's pick
+(leave-one-out) is from the best, so the rule's quality is measured, not assumed.
+"""
+import argparse
+import itertools
+import json
+import math
+import os
+
+import torch
+
+import pyg_fast
+from pyg_fast import tuning
+
+ROW_PARAMS = [dict(schedule="row", max_lanes=m, threads=t, chunk=256) for m in (8, 32) for t in (128, 256, 512)]
+CHUNK_PARAMS = [dict(schedule="chunk", max_lanes=m, threads=t, chunk=c)
+                for m in (8, 32) for t in (128, 256) for c in (16, 32, 64, 128, 256, 512)]
+
+
+def power_law_graph(num_nodes: int, num_edges: int, exponent: float, gen: torch.Generator, device):
+    """Destinations drawn with weight rank^-exponent (0 = uniform), sorted; sources uniform."""
+    weights = torch.arange(1, num_nodes + 1, dtype=torch.float64).pow(-exponent)
+    dst = torch.multinomial(weights, num_edges, replacement=True, generator=gen)
+    dst = torch.randperm(num_nodes, generator=gen)[dst].sort().values
+    src = torch.randint(0, num_nodes, (num_edges,), generator=gen)
+    return src.to(device), dst.to(device)
+
+
+def median_ms(fn, reps: int = 20) -> float:
+    for _ in range(3):
+        fn()
+    start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    end = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(start, end):
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return sorted(s.elapsed_time(e) for s, e in zip(start, end))[reps // 2]
+
+
+def sweep(device: str, quick: bool):
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(2_000, 10_000), (20_000, 200_000), (170_000, 1_200_000), (100_000, 6_000_000),
+              (230_000, 23_000_000)]
+    exponents = [0.0, 0.8, 1.1]
+    feature_sizes = [1, 4, 16, 32, 64, 128]
+    if quick:
+        shapes, exponents, feature_sizes = [(300, 2_000)], [0.0, 1.1], [1, 16]
+    results = []
+    for (num_nodes, num_edges), exponent in itertools.product(shapes, exponents):
+        src, dst = power_law_graph(num_nodes, num_edges, exponent, gen, device)
+        ptr = torch._convert_indices_from_coo_to_csr(dst, num_nodes)
+        max_degree = int(ptr.diff().max())
+        for num_features, gather in itertools.product(feature_sizes, (False, True)):
+            if num_edges * num_features > 800_000_000:
+                continue
+            rows = torch.randn(num_nodes if gather else num_edges, num_features, device=device)
+            if gather:
+                ref = torch.zeros(num_nodes, num_features, device=device).index_add_(0, dst, rows[src])
+                run = lambda: pyg_fast.index_segment_reduce(rows, src, dst, num_nodes, "sum")
+            else:
+                ref = torch.zeros(num_nodes, num_features, device=device).index_add_(0, dst, rows)
+                run = lambda: pyg_fast.segment_reduce(rows, dst, dim_size=num_nodes, reduce="sum")
+            timings = []
+            for params in ROW_PARAMS + CHUNK_PARAMS:
+                tuning.set_override(params)
+                try:
+                    out = run()
+                    err = ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+                    if not err < 1e-4:
+                        raise RuntimeError(f"wrong result, relative error {err:.3g}")
+                    timings.append((median_ms(run), params))
+                finally:
+                    tuning.set_override(None)
+            baseline = median_ms(lambda: torch.zeros(num_nodes, num_features, device=device).index_add_(
+                0, dst, rows[src] if gather else rows))
+            best_ms, best = min(timings, key=lambda t: t[0])
+            feats = tuning.features(num_edges, num_nodes, num_features, 4, gather)
+            results.append(dict(num_nodes=num_nodes, num_edges=num_edges, exponent=exponent,
+                                max_degree=max_degree, F=num_features, gather=gather, features=feats,
+                                best=best, best_ms=best_ms, index_add_ms=baseline,
+                                all=[dict(ms=ms, **p) for ms, p in timings]))
+            print(f"V={num_nodes} E={num_edges} exp={exponent} maxdeg={max_degree} F={num_features} "
+                  f"gather={gather}: best {best_ms:.4f} ms {best} | index_add {baseline:.4f} ms", flush=True)
+    return results
+
+
+def leave_one_out(results, weights):
+    """Time of the nearest other entry's params relative to the best, for every input."""
+    ratios = []
+    for i, r in enumerate(results):
+        others = [o for j, o in enumerate(results) if j != i]
+        if not others:
+            continue
+        near = min(others, key=lambda o: sum(w * (a - b) ** 2 for w, a, b in zip(weights, r["features"], o["features"])))
+        picked = next(t["ms"] for t in r["all"] if all(t[k] == near["best"][k] for k in near["best"]))
+        ratios.append(picked / r["best_ms"])
+    return ratios
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    results = sweep("cuda", args.quick)
+    weights = [1.0, 1.0, 1.0, 0.0, 4.0]
+    ratios = leave_one_out(results, weights)
+    within = sum(r <= 1.1 for r in ratios)
+    geo = math.exp(sum(math.log(r) for r in ratios) / max(len(ratios), 1))
+    source = (f"H100 sweep by benchmarks/tune_segment.py over {len(results)} inputs; leave-one-out: "
+              f"{within}/{len(ratios)} picks within 10% of the best, geometric mean {geo:.3f}x the best")
+    print(source)
+    table = [dict(features=r["features"], params=r["best"]) for r in results]
+    rules = dict(source=source, weights=weights, default=table[0]["params"] if table else {}, table=table)
+    with open(os.path.join(args.out, "rules.json"), "w") as f:
+        json.dump(rules, f, indent=1)
+    with open(os.path.join(args.out, "sweep.json"), "w") as f:
+        json.dump(results, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,307 @@
+// CUDA kernels of the segment reduction family (segment_reduce, index_segment_reduce, SpMM).
+// Torch-free: the bindings in ../segment_reduce.cu and ../index_segment_reduce.cu launch them.
+//
+// Output row r of batch b reduces the rows e in [ptr[r], ptr[r+1]) of a row source (`Rows`):
+// the rows of src itself, or rows of x gathered through src_index and scaled by an edge weight.
+// Threads form groups of `lanes` threads; each lane owns VEC consecutive features (one 16-byte
+// load when VEC * sizeof(scalar_t) == 16), so a group covers lanes * VEC features per pass.
+//
+// Two schedules (chosen per input by pyg_fast/tuning):
+//  * row:   one group per output row walks the whole segment (GeoT's sequential reduction
+//           without atomics). Every output row is written exactly once, deterministic.
+//  * chunk: one group per chunk of `chunk` consecutive rows of the source, whatever segments they
+//           belong to, so long segments are split evenly (GeoT's work balance). Segments inside a
+//           chunk are finished in place; a segment that crosses a chunk boundary leaves one
+//           partial per chunk in a carry buffer, and segment_fixup_kernel combines those partials
+//           (and writes the empty segments). Deterministic as well: no atomics.
+#pragma once
+
+#include <cstdint>
+
+#include "../../common/reduce.h"
+
+namespace pyg_fast::cuda {
+
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC) Vec {
+  T v[VEC];
+};
+
+// Rows of src [B, E, F] themselves.
+template <typename scalar_t, int VEC>
+struct DirectRows {
+  using scalar_type = scalar_t;
+  static constexpr int kVec = VEC;
+  const scalar_t* __restrict__ src;
+  int64_t num_rows, num_features;
+
+  __device__ __forceinline__ bool load(int64_t b, int64_t e, int64_t f0, Vec<scalar_t, VEC>& v) const {
+    v = *reinterpret_cast<const Vec<scalar_t, VEC>*>(src + (b * num_rows + e) * num_features + f0);
+    return true;
+  }
+  template <typename acc_t>
+  __device__ __forceinline__ acc_t scale(int64_t, int64_t) const { return acc_t(1); }
+  static constexpr bool kScaled = false;
+};
+
+// Row e is x[src_index[e]] times weight[e, f0 / head_dim] (if weighted); x is [N, F].
+// Out-of-range source indices are skipped (the Python layer reports them before launching).
+template <typename scalar_t, int VEC, bool WEIGHTED>
+struct GatheredRows {
+  using scalar_type = scalar_t;
+  static constexpr int kVec = VEC;
+  const scalar_t* __restrict__ x;
+  const int64_t* __restrict__ src_index;
+  const scalar_t* __restrict__ weight;  // [E, num_heads], read only if WEIGHTED
+  int64_t num_nodes, num_rows, num_features, num_heads, head_dim;
+
+  __device__ __forceinline__ bool load(int64_t, int64_t e, int64_t f0, Vec<scalar_t, VEC>& v) const {
+    const int64_t j = src_index[e];
+    if (static_cast<uint64_t>(j) >= static_cast<uint64_t>(num_nodes)) return false;
+    v = *reinterpret_cast<const Vec<scalar_t, VEC>*>(x + j * num_features + f0);
+    return true;
+  }
+  template <typename acc_t>
+  __device__ __forceinline__ acc_t scale(int64_t e, int64_t f0) const {
+    return static_cast<acc_t>(weight[e * num_heads + f0 / head_dim]);
+  }
+  static constexpr bool kScaled = WEIGHTED;
+};
+
+// Folds the rows lo..hi-1 of one lane's VEC features into acc, UNROLL loads in flight.
+template <typename acc_t, Reduce R, int VEC, typename Rows>
+__device__ __forceinline__ void fold_rows(const Rows& rows, int64_t b, int64_t lo, int64_t hi,
+                                          int64_t f0, acc_t (&acc)[VEC]) {
+  using scalar_t = typename Rows::scalar_type;
+  constexpr int UNROLL = 4;
+  int64_t e = lo;
+  for (; e + UNROLL <= hi; e += UNROLL) {
+    Vec<scalar_t, VEC> v[UNROLL];
+    bool ok[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) ok[u] = rows.load(b, e + u, f0, v[u]);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      if (!ok[u]) continue;
+      const acc_t s = rows.template scale<acc_t>(e + u, f0);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const acc_t val = Rows::kScaled ? s * static_cast<acc_t>(v[u].v[k]) : static_cast<acc_t>(v[u].v[k]);
+        acc[k] = Reducer<R, acc_t>::update(acc[k], val);
+      }
+    }
+  }
+  for (; e < hi; ++e) {
+    Vec<scalar_t, VEC> v;
+    if (!rows.load(b, e, f0, v)) continue;
+    const acc_t s = rows.template scale<acc_t>(e, f0);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const acc_t val = Rows::kScaled ? s * static_cast<acc_t>(v.v[k]) : static_cast<acc_t>(v.v[k]);
+      acc[k] = Reducer<R, acc_t>::update(acc[k], val);
+    }
+  }
+}
+
+template <typename scalar_t, typename acc_t, Reduce R, int VEC>
+__device__ __forceinline__ void store_final(scalar_t* dst, const acc_t (&acc)[VEC], int64_t count) {
+  Vec<scalar_t, VEC> v;
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) v.v[k] = static_cast<scalar_t>(Reducer<R, acc_t>::finalize(acc[k], count));
+  *reinterpret_cast<Vec<scalar_t, VEC>*>(dst) = v;
+}
+
+template <typename acc_t, Reduce R, int VEC>
+__device__ __forceinline__ void init_acc(acc_t (&acc)[VEC]) {
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) acc[k] = Reducer<R, acc_t>::init();
+}
+
+// Group geometry: `lanes` consecutive threads form a group; groups stride over `num_items`.
+struct Groups {
+  int lanes;
+  __device__ __forceinline__ int lane() const { return threadIdx.x % lanes; }
+  __device__ __forceinline__ int64_t first() const {
+    return static_cast<int64_t>(blockIdx.x) * (blockDim.x / lanes) + threadIdx.x / lanes;
+  }
+  __device__ __forceinline__ int64_t stride() const {
+    return static_cast<int64_t>(gridDim.x) * (blockDim.x / lanes);
+  }
+};
+
+// Segment bounds clamped to the source rows, so that a bad ptr cannot cause an out-of-bounds read.
+__device__ __forceinline__ void segment_bounds(const int64_t* __restrict__ ptr, int64_t r, int64_t num_rows,
+                                               int64_t& lo, int64_t& hi) {
+  lo = min(max(ptr[r], int64_t(0)), num_rows);
+  hi = min(max(ptr[r + 1], lo), num_rows);
+}
+
+// Row schedule: out [B, V, F]; one group per (b, r).
+template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
+__global__ void segment_rows_kernel(const int64_t* __restrict__ ptr, int64_t num_segments, int64_t batch,
+                                    Groups groups, Rows rows, scalar_t* __restrict__ out) {
+  const int64_t F = rows.num_features;
+  const int64_t tile = static_cast<int64_t>(groups.lanes) * VEC;
+  for (int64_t i = groups.first(); i < batch * num_segments; i += groups.stride()) {
+    const int64_t b = i / num_segments, r = i - b * num_segments;
+    int64_t lo, hi;
+    segment_bounds(ptr, r, rows.num_rows, lo, hi);
+    for (int64_t f0 = static_cast<int64_t>(groups.lane()) * VEC; f0 < F; f0 += tile) {
+      acc_t acc[VEC];
+      init_acc<acc_t, R, VEC>(acc);
+      fold_rows<acc_t, R, VEC>(rows, b, lo, hi, f0, acc);
+      store_final<scalar_t, acc_t, R, VEC>(out + (b * num_segments + r) * F + f0, acc, hi - lo);
+    }
+  }
+}
+
+// Last r in [0, num_segments) with ptr[r] <= e (ptr non-decreasing).
+__device__ __forceinline__ int64_t segment_of(const int64_t* __restrict__ ptr, int64_t num_segments, int64_t e) {
+  int64_t lo = 0, hi = num_segments;  // invariant: answer in [lo, hi)
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (ptr[mid] <= e) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
+// Chunk schedule, pass 1. Requires ptr[0] == 0 and ptr[V] == E (a COO index always gives that).
+// carry is [B, num_chunks, 2, F] in acc_t: slot 0 holds the partial of the segment that contains
+// the chunk's first row, slot 1 that of the segment containing its last row, each only when that
+// segment is not wholly inside the chunk.
+template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
+__global__ void segment_chunks_kernel(const int64_t* __restrict__ ptr, int64_t num_segments, int64_t batch,
+                                      int64_t chunk, int64_t num_chunks, Groups groups, Rows rows,
+                                      scalar_t* __restrict__ out, acc_t* __restrict__ carry) {
+  const int64_t F = rows.num_features, E = rows.num_rows;
+  const int64_t tile = static_cast<int64_t>(groups.lanes) * VEC;
+  for (int64_t i = groups.first(); i < batch * num_chunks; i += groups.stride()) {
+    const int64_t b = i / num_chunks, c = i - b * num_chunks;
+    const int64_t e_begin = c * chunk, e_end = min(e_begin + chunk, E);
+    const int64_t r_first = segment_of(ptr, num_segments, e_begin);
+    for (int64_t f0 = static_cast<int64_t>(groups.lane()) * VEC; f0 < F; f0 += tile) {
+      for (int64_t r = r_first; r < num_segments; ++r) {
+        const int64_t seg_lo = ptr[r], seg_hi = ptr[r + 1];
+        if (seg_lo >= e_end) break;
+        if (seg_hi <= seg_lo) continue;  // empty segments are written by the fixup pass
+        const int64_t lo = max(seg_lo, e_begin), hi = min(seg_hi, e_end);
+        acc_t acc[VEC];
+        init_acc<acc_t, R, VEC>(acc);
+        fold_rows<acc_t, R, VEC>(rows, b, lo, hi, f0, acc);
+        if (seg_lo >= e_begin && seg_hi <= e_end) {
+          store_final<scalar_t, acc_t, R, VEC>(out + (b * num_segments + r) * F + f0, acc, seg_hi - seg_lo);
+        } else {
+          acc_t* slot = carry + ((b * num_chunks + c) * 2 + (r == r_first ? 0 : 1)) * F + f0;
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) slot[k] = acc[k];
+        }
+      }
+    }
+  }
+}
+
+// Chunk schedule, pass 2: one group per segment; combines the carries of segments that cross
+// chunk boundaries and writes empty segments.
+template <typename scalar_t, typename acc_t, Reduce R, int VEC>
+__global__ void segment_fixup_kernel(const int64_t* __restrict__ ptr, int64_t num_segments, int64_t batch,
+                                     int64_t num_features, int64_t chunk, int64_t num_chunks, Groups groups,
+                                     const acc_t* __restrict__ carry, scalar_t* __restrict__ out) {
+  const int64_t F = num_features;
+  const int64_t tile = static_cast<int64_t>(groups.lanes) * VEC;
+  for (int64_t i = groups.first(); i < batch * num_segments; i += groups.stride()) {
+    const int64_t b = i / num_segments, r = i - b * num_segments;
+    const int64_t lo = ptr[r], hi = ptr[r + 1];
+    const bool empty = hi <= lo;
+    const int64_t c0 = empty ? 0 : lo / chunk, c1 = empty ? 0 : (hi - 1) / chunk;
+    if (!empty && c0 == c1) continue;  // finished by its chunk
+    for (int64_t f0 = static_cast<int64_t>(groups.lane()) * VEC; f0 < F; f0 += tile) {
+      acc_t acc[VEC];
+      init_acc<acc_t, R, VEC>(acc);
+      for (int64_t c = c0; !empty && c <= c1 && c < num_chunks; ++c) {
+        const int slot = (c == c0 && lo != c0 * chunk) ? 1 : 0;
+        const acc_t* part = carry + ((b * num_chunks + c) * 2 + slot) * F + f0;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) acc[k] = Reducer<R, acc_t>::update(acc[k], part[k]);
+      }
+      store_final<scalar_t, acc_t, R, VEC>(out + (b * num_segments + r) * F + f0, acc, empty ? 0 : hi - lo);
+    }
+  }
+}
+
+// Gradient of sum/mean segment_reduce w.r.t. src [B, E, F]: every row of a segment gets the
+// segment's grad_out (divided by the count for mean). Rows outside every segment are left alone.
+template <typename scalar_t, typename acc_t, Reduce R, int VEC>
+__global__ void segment_spread_backward_kernel(const int64_t* __restrict__ ptr, int64_t num_segments,
+                                               int64_t batch, int64_t num_rows, int64_t num_features,
+                                               Groups groups, const scalar_t* __restrict__ grad_out,
+                                               scalar_t* __restrict__ grad_src) {
+  const int64_t F = num_features;
+  const int64_t tile = static_cast<int64_t>(groups.lanes) * VEC;
+  for (int64_t i = groups.first(); i < batch * num_segments; i += groups.stride()) {
+    const int64_t b = i / num_segments, r = i - b * num_segments;
+    int64_t lo, hi;
+    segment_bounds(ptr, r, num_rows, lo, hi);
+    const acc_t inv = R == Reduce::Mean && hi > lo ? acc_t(1) / acc_t(hi - lo) : acc_t(1);
+    for (int64_t f0 = static_cast<int64_t>(groups.lane()) * VEC; f0 < F; f0 += tile) {
+      const Vec<scalar_t, VEC> g =
+          *reinterpret_cast<const Vec<scalar_t, VEC>*>(grad_out + (b * num_segments + r) * F + f0);
+      Vec<scalar_t, VEC> w;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) w.v[k] = static_cast<scalar_t>(static_cast<acc_t>(g.v[k]) * inv);
+      for (int64_t e = lo; e < hi; ++e)
+        *reinterpret_cast<Vec<scalar_t, VEC>*>(grad_src + (b * num_rows + e) * F + f0) = w;
+    }
+  }
+}
+
+// Gradient of max/min w.r.t. every row (message) of a segment, [B, E, F]: grad_out goes to the
+// rows that round to the stored extremum, split evenly among ties; other entries are left alone
+// (the caller zero-fills). Works for both row sources (direct rows and weighted gathers).
+template <typename scalar_t, typename acc_t, int VEC, typename Rows>
+__global__ void segment_extremum_backward_kernel(const int64_t* __restrict__ ptr, int64_t num_segments,
+                                                 int64_t batch, Groups groups, Rows rows,
+                                                 const scalar_t* __restrict__ grad_out,
+                                                 const scalar_t* __restrict__ out,
+                                                 scalar_t* __restrict__ grad_rows) {
+  const int64_t F = rows.num_features, E = rows.num_rows;
+  const int64_t tile = static_cast<int64_t>(groups.lanes) * VEC;
+  for (int64_t i = groups.first(); i < batch * num_segments; i += groups.stride()) {
+    const int64_t b = i / num_segments, r = i - b * num_segments;
+    int64_t lo, hi;
+    segment_bounds(ptr, r, E, lo, hi);
+    for (int64_t f0 = static_cast<int64_t>(groups.lane()) * VEC; f0 < F; f0 += tile) {
+      const int64_t o = (b * num_segments + r) * F + f0;
+      const Vec<scalar_t, VEC> g = *reinterpret_cast<const Vec<scalar_t, VEC>*>(grad_out + o);
+      const Vec<scalar_t, VEC> best = *reinterpret_cast<const Vec<scalar_t, VEC>*>(out + o);
+      // The message as the forward pass saw it, rounded to scalar_t like the stored output.
+      auto message = [&](int64_t e, Vec<scalar_t, VEC>& m) {
+        Vec<scalar_t, VEC> v;
+        if (!rows.load(b, e, f0, v)) return false;
+        const acc_t s = rows.template scale<acc_t>(e, f0);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k)
+          m.v[k] = Rows::kScaled ? static_cast<scalar_t>(s * static_cast<acc_t>(v.v[k])) : v.v[k];
+        return true;
+      };
+      acc_t ties[VEC] = {};
+      for (int64_t e = lo; e < hi; ++e) {
+        Vec<scalar_t, VEC> m;
+        if (!message(e, m)) continue;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) ties[k] += static_cast<acc_t>(m.v[k]) == static_cast<acc_t>(best.v[k]) ? acc_t(1) : acc_t(0);
+      }
+      acc_t share[VEC];
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) share[k] = ties[k] > 0 ? static_cast<acc_t>(g.v[k]) / ties[k] : acc_t(0);
+      for (int64_t e = lo; e < hi; ++e) {
+        Vec<scalar_t, VEC> m, w;
+        if (!message(e, m)) continue;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) w.v[k] = static_cast<scalar_t>(static_cast<acc_t>(m.v[k]) == static_cast<acc_t>(best.v[k]) ? share[k] : acc_t(0));
+        *reinterpret_cast<Vec<scalar_t, VEC>*>(grad_rows + (b * E + e) * F + f0) = w;
+      }
+    }
+  }
+}
+
+}  // namespace pyg_fast::cuda

@@ -1,0 +1,120 @@
+import pytest
+import torch
+
+import pyg_fast
+from pyg_fast.testing import DEVICES, DTYPES, assert_close, poison_allocator, scatter_reference
+
+REDUCES = ["sum", "mean", "max", "min"]
+
+
+def random_graph(num_nodes: int, num_edges: int, num_dst: int, device):
+    """Edges sorted by destination with multi-edges, isolated destinations and a hub."""
+    src = torch.randint(0, num_nodes, (num_edges,))
+    dst = torch.randint(0, num_dst, (num_edges,))
+    dst[dst % 7 == 3] = 0  # isolated destinations and one hub
+    dst, perm = dst.sort()
+    return src[perm].to(device), dst.to(device)
+
+
+def reference(x, src, dst, weight, dim_size, reduce):
+    """float64 messages x[src] * w, reduced with scatter_reduce (PyG semantics)."""
+    x64 = x.double()
+    msg = x64.index_select(0, src).view(src.numel(), -1)
+    if weight is not None:
+        heads = weight.view(src.numel(), -1).size(1)
+        msg = (msg.view(src.numel(), heads, -1) * weight.double().view(src.numel(), heads, 1)).view(src.numel(), -1)
+    return scatter_reference(msg, dst, dim_size, reduce).view((dim_size,) + tuple(x.shape[1:]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("weight_shape", [None, "E", "EH"])
+def test_forward_matches_float64(device, dtype, reduce, weight_shape):
+    num_nodes, num_edges, num_dst, heads, head_dim = 70, 500, 50, 4, 16
+    src, dst = random_graph(num_nodes, num_edges, num_dst, device)
+    x = torch.randn(num_nodes, heads, head_dim, device=device).to(dtype)
+    weight = {None: None, "E": torch.rand(num_edges, device=device) + 0.5,
+              "EH": torch.rand(num_edges, heads, device=device) + 0.5}[weight_shape]
+    weight = weight.to(dtype) if weight is not None else None
+    poison_allocator(num_dst * heads * head_dim * 2, device)
+    out = pyg_fast.index_weight_segment_reduce(x, src, dst, weight, num_dst, reduce)
+    assert out.shape == (num_dst, heads, head_dim) and out.dtype == dtype
+    assert_close(out, reference(x, src, dst, weight, num_dst, reduce), dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_features", [1, 3, 300])
+def test_feature_sizes_unsorted_and_ptr(device, num_features):
+    src, dst = random_graph(40, 300, 30, device)
+    x = torch.randn(40, num_features, device=device)
+    ref = reference(x, src, dst, None, 30, "sum")
+    assert_close(pyg_fast.index_segment_reduce(x, src, dst, 30, "sum"), ref, torch.float32)
+    perm = torch.randperm(300, device=device)
+    assert_close(pyg_fast.index_segment_reduce(x, src[perm], dst[perm], 30, "sum"), ref, torch.float32)
+    ptr = torch._convert_indices_from_coo_to_csr(dst, 30)
+    assert_close(pyg_fast.index_segment_reduce(x, src, ptr=ptr), ref, torch.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_backward_matches_float64(device, dtype, reduce, weighted):
+    num_edges, heads = 400, 2
+    src, dst = random_graph(60, num_edges, 45, device)
+    x0 = torch.randn(60, heads * 8, device=device).to(dtype)
+    w0 = (torch.rand(num_edges, heads, device=device) + 0.5).to(dtype) if weighted else None
+    grad = torch.randn(45, heads * 8, device=device).to(dtype)
+    x = x0.clone().requires_grad_()
+    w = w0.clone().requires_grad_() if weighted else None
+    pyg_fast.index_weight_segment_reduce(x, src, dst, w, 45, reduce).backward(grad)
+    rx = x0.double().requires_grad_()
+    rw = w0.double().requires_grad_() if weighted else None
+    reference(rx, src, dst, rw, 45, reduce).backward(grad.double())
+    assert_close(x.grad, rx.grad, dtype, scale=2)
+    if weighted:
+        assert_close(w.grad, rw.grad, dtype, scale=2)
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_gradcheck_cpu(reduce):
+    src, dst = random_graph(6, 14, 7, "cpu")
+    x = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)
+    w = (torch.rand(14, 2, dtype=torch.float64) + 0.5).requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda x, w: pyg_fast.index_weight_segment_reduce(x, src, dst, w, 7, reduce), (x, w))
+
+
+def test_compile_fullgraph_cpu():
+    src, dst = random_graph(30, 120, 25, "cpu")
+    x = torch.randn(30, 8, requires_grad=True)
+    w = torch.rand(120, requires_grad=True)
+
+    def f(x, w):
+        return pyg_fast.index_weight_segment_reduce(x, src, dst, w, 25, "sum", sorted=True).square().sum()
+
+    compiled = torch.compile(f, fullgraph=True)
+    assert torch.allclose(compiled(x, w), f(x, w))
+    g1 = torch.autograd.grad(compiled(x, w), (x, w))
+    g2 = torch.autograd.grad(f(x, w), (x, w))
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g1, g2))
+
+
+def test_bad_inputs_raise_clear_errors():
+    x = torch.randn(5, 4)
+    src, dst = torch.tensor([0, 1, 4, 2]), torch.tensor([0, 0, 1, 2])
+    with pytest.raises(IndexError, match="src_index"):
+        pyg_fast.index_segment_reduce(x, src + 1, dst, 3)
+    with pytest.raises(ValueError, match="entries"):
+        pyg_fast.index_segment_reduce(x, src, dst[:3], 3)
+    with pytest.raises(ValueError, match="weight"):
+        pyg_fast.index_weight_segment_reduce(x, src, dst, torch.rand(4, 3), 3)
+    with pytest.raises(ValueError, match="weight"):
+        pyg_fast.index_weight_segment_reduce(x, src, dst, torch.rand(3), 3)
+    with pytest.raises(TypeError, match="floating"):
+        pyg_fast.index_weight_segment_reduce(x, src, dst, torch.ones(4, dtype=torch.long), 3)
+    with pytest.raises(ValueError, match="from 0 to 4"):
+        pyg_fast.index_segment_reduce(x, src, ptr=torch.tensor([0, 2, 3]))
+    with pytest.raises(IndexError, match="src_index"):
+        torch.ops.pyg_fast.index_segment_reduce(x, src + 1, torch.tensor([0, 2, 3, 4]), None, "sum", [])

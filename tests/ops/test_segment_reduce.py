@@ -1,0 +1,139 @@
+import pytest
+import torch
+
+import pyg_fast
+from pyg_fast.testing import DEVICES, DTYPES, assert_close, poison_allocator, scatter_reference
+
+REDUCES = ["sum", "mean", "max", "min"]
+
+
+def random_index(num_rows: int, dim_size: int, device, huge_segment: bool = False) -> torch.Tensor:
+    """A sorted index with empty segments (and optionally one segment holding most rows)."""
+    if huge_segment:
+        index = torch.full((num_rows,), dim_size // 2, dtype=torch.long)
+        index[: num_rows // 10] = torch.randint(0, dim_size // 2, (num_rows // 10,))
+    else:
+        index = torch.randint(0, dim_size, (num_rows,))
+        index[index % 5 == 1] = 0  # leaves segments 1, 6, 11, ... empty
+    return index.sort().values.to(device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("num_features", [1, 3, 64, 300])
+def test_forward_matches_float64(device, dtype, reduce, num_features):
+    num_rows, dim_size = 400, 60
+    index = random_index(num_rows, dim_size, device)
+    src = torch.randn(num_rows, num_features, device=device).to(dtype)
+    poison_allocator(dim_size * num_features * 2, device)
+    out = pyg_fast.segment_reduce(src, index, dim_size=dim_size, reduce=reduce)
+    assert out.dtype == dtype and out.shape == (dim_size, num_features)
+    assert_close(out, scatter_reference(src, index, dim_size, reduce), dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_huge_segment_and_unsorted_and_ptr(device, reduce):
+    num_rows, dim_size = 5000, 40
+    index = random_index(num_rows, dim_size, device, huge_segment=True)
+    src = torch.randn(num_rows, 16, device=device)
+    ref = scatter_reference(src, index, dim_size, reduce)
+    assert_close(pyg_fast.segment_reduce(src, index, dim_size=dim_size, reduce=reduce), ref, torch.float32)
+    perm = torch.randperm(num_rows, device=device)
+    unsorted = pyg_fast.segment_reduce(src[perm], index[perm], dim_size=dim_size, reduce=reduce)
+    assert_close(unsorted, ref, torch.float32)
+    ptr = torch._convert_indices_from_coo_to_csr(index, dim_size)
+    assert_close(pyg_fast.segment_reduce(src, ptr=ptr, reduce=reduce), ref, torch.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_dim_and_non_contiguous(device, reduce):
+    index = random_index(50, 12, device)
+    base = torch.randn(16, 3, 50, device=device)
+    src = base.transpose(0, 2)[:, :, ::2].transpose(0, 1)  # [3, 50, 8], non-contiguous
+    assert not src.is_contiguous()
+    out = pyg_fast.segment_reduce(src, index, dim_size=12, reduce=reduce, dim=1)
+    assert_close(out, scatter_reference(src, index, 12, reduce, dim=1), torch.float32)
+    out = pyg_fast.segment_reduce(src, index[torch.randperm(50, device=device)], dim_size=12, reduce=reduce, dim=-2)
+    assert out.shape == (3, 12, 8)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_backward_matches_float64(device, dtype, reduce):
+    index = random_index(300, 40, device)
+    src = torch.randn(300, 24, device=device).to(dtype)
+    src[5] = src[4]  # ties inside a segment
+    grad = torch.randn(40, 24, device=device).to(dtype)
+    x = src.clone().requires_grad_()
+    pyg_fast.segment_reduce(x, index, dim_size=40, reduce=reduce).backward(grad)
+    ref_x = src.double().requires_grad_()
+    scatter_reference(ref_x, index, 40, reduce).backward(grad.double())
+    assert_close(x.grad, ref_x.grad, dtype)
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_gradcheck_cpu(reduce):
+    index = torch.tensor([0, 0, 1, 1, 1, 3, 3, 5, 5, 5])
+    src = torch.randn(10, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda s: pyg_fast.segment_reduce(s, index, dim_size=7, reduce=reduce), (src,))
+    ptr = torch.tensor([0, 2, 5, 5, 7, 7, 10, 10])
+    assert torch.autograd.gradcheck(lambda s: pyg_fast.segment_reduce(s, ptr=ptr, reduce=reduce), (src,))
+
+
+def test_compile_fullgraph_cpu():
+    index = random_index(100, 20, "cpu")
+    src = torch.randn(100, 8, requires_grad=True)
+
+    def f(s):
+        return pyg_fast.segment_reduce(s, index, dim_size=20, reduce="mean", sorted=True).sum()
+
+    compiled = torch.compile(f, fullgraph=True)
+    assert torch.allclose(compiled(src), f(src))
+    (g1,) = torch.autograd.grad(compiled(src), src)
+    (g2,) = torch.autograd.grad(f(src), src)
+    assert torch.allclose(g1, g2)
+
+
+def test_empty_inputs():
+    out = pyg_fast.segment_reduce(torch.randn(0, 4), torch.zeros(0, dtype=torch.long), dim_size=3, reduce="max")
+    assert out.shape == (3, 4) and (out == 0).all()
+    out = pyg_fast.segment_reduce(torch.randn(5, 0), torch.zeros(5, dtype=torch.long), dim_size=2)
+    assert out.shape == (2, 0)
+
+
+def test_bad_inputs_raise_clear_errors():
+    src, index = torch.randn(6, 2), torch.tensor([0, 0, 1, 2, 2, 3])
+    with pytest.raises(TypeError, match="floating point"):
+        pyg_fast.segment_reduce(src.long(), index, dim_size=4)
+    with pytest.raises(TypeError, match="integer"):
+        pyg_fast.segment_reduce(src, index.float(), dim_size=4)
+    with pytest.raises(IndexError, match="outside"):
+        pyg_fast.segment_reduce(src, index, dim_size=3)
+    with pytest.raises(IndexError, match="outside"):
+        pyg_fast.segment_reduce(src, index - 1, dim_size=4)
+    with pytest.raises(ValueError, match="entries"):
+        pyg_fast.segment_reduce(src, index[:5], dim_size=4)
+    with pytest.raises(ValueError, match="reduce"):
+        pyg_fast.segment_reduce(src, index, dim_size=4, reduce="median")
+    with pytest.raises(ValueError, match="not sorted"):
+        pyg_fast.segment_reduce(src, ptr=torch.tensor([0, 3, 2, 6]))
+    with pytest.raises(ValueError, match="dim_size"):
+        pyg_fast.segment_reduce(src, ptr=torch.tensor([0, 3, 6]), dim_size=5)
+    with pytest.raises(ValueError, match="declared sorted"):
+        pyg_fast.segment_reduce(src, index.flip(0), dim_size=4, sorted=True)
+    with pytest.raises(ValueError, match="exactly one"):
+        pyg_fast.segment_reduce(src)
+    with pytest.raises(IndexError, match="dim"):
+        pyg_fast.segment_reduce(src, index, dim_size=4, dim=2)
+    with pytest.raises(ValueError, match="'ptr' must be non-decreasing"):
+        torch.ops.pyg_fast.segment_reduce(src.view(1, 6, 2), torch.tensor([0, 4, 9]), "sum", [])
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="needs CUDA")
+def test_device_mismatch_raises():
+    with pytest.raises(ValueError, match="cuda"):
+        pyg_fast.segment_reduce(torch.randn(4, 2, device="cuda"), torch.tensor([0, 0, 1, 1]), dim_size=2)
