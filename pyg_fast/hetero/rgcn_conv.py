@@ -25,8 +25,8 @@ def needs_message_passing(conv: pyg_nn.MessagePassing) -> bool:
 class RelationSlice(TensorSlice):
     r"""The edges of a relational graph grouped by (relation, destination) pairs.
 
-    ``src`` ``[E]``: source of every edge in that order; ``pair_ptr`` ``[U + 1]``: the edges of
-    each pair; ``pair_dst`` ``[U]``: each pair's destination. As a :class:`TensorSlice` its rows
+    ``src`` ``[E]`` and ``edge_rel`` ``[E]``: source and relation of every edge in that order;
+    ``pair_ptr`` ``[U + 1]``: the edges of each pair; ``pair_dst`` ``[U]``: each pair's destination. As a :class:`TensorSlice` its rows
     are the ``U`` pairs, typed by relation.
     """
 
@@ -42,6 +42,7 @@ class RelationSlice(TensorSlice):
         sorted_key, perm = torch.sort(key, stable=True)
         pairs, counts = torch.unique_consecutive(sorted_key, return_counts=True)
         self.src = src.index_select(0, perm)
+        self.edge_rel = torch.div(sorted_key, num_dst, rounding_mode="floor")
         self.pair_ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
         self.pair_dst = pairs % num_dst
         self.num_dst = num_dst
@@ -87,23 +88,34 @@ def rgcn_forward(conv: pyg_nn.RGCNConv, x: Union[Optional[Tensor], Tuple[Optiona
                  tensor_slice: Optional[RelationSlice]) -> Optional[Tensor]:
     r""":math:`\mathbf{x}'_i = \mathbf{\Theta}_{root} \mathbf{x}_i + \sum_r \mathrm{aggr}_{j \in
     \mathcal{N}_r(i)} \mathbf{x}_j \mathbf{\Theta}_r + \mathbf{b}`, aggregating before the
-    transform as PyG's loop path does (so ``aggr='mean'`` averages per relation). None when the
-    inputs need PyG's own path (featureless or SparseTensor inputs, other aggregations, hooks)."""
-    x_l, x_r = x if isinstance(x, tuple) else (x, x)
-    if (torch.jit.is_scripting() or x_l is None or x_r is None or not x_l.is_floating_point()
-            or not x_r.is_floating_point() or not isinstance(edge_index, Tensor) or edge_index.is_sparse
-            or edge_type is None or conv.aggr not in ("mean", "add", "sum") or needs_message_passing(conv)):
+    transform as PyG's loop path does (so ``aggr='mean'`` averages per relation). Featureless
+    inputs (``x`` None or node indices) gather rows of the weights instead. None when the inputs
+    need PyG's own path (SparseTensor inputs, other aggregations, hooks)."""
+    x_l, x_r = x if isinstance(x, tuple) else (x, None)
+    if x_l is None:  # featureless: node i's input is the one-hot vector e_i
+        x_l = torch.arange(conv.in_channels_l, device=conv.weight.device)
+    if not isinstance(x, tuple):
+        x_r = x_l
+    if (torch.jit.is_scripting() or x_r is None or x_l.is_floating_point() != x_r.is_floating_point()
+            or not isinstance(edge_index, Tensor) or edge_index.is_sparse or edge_type is None
+            or conv.aggr not in ("mean", "add", "sum") or needs_message_passing(conv)
+            or (conv.num_blocks is not None and not x_l.is_floating_point())):
         return None
     num_dst = x_r.size(0)
     rs = tensor_slice if tensor_slice is not None else relation_slice(edge_index, edge_type, conv.num_relations,
                                                                       num_dst)
     if rs.num_dst != num_dst or rs.num_types != conv.num_relations:
         raise ValueError("pyg_fast: the 'tensor_slice' passed does not describe this graph")
-    h = index_segment_reduce(x_l, rs.src, ptr=rs.pair_ptr, reduce=conv.aggr)
-    messages = rs.matmul(h, relation_weights(conv))
+    weight = relation_weights(conv)
+    if x_l.is_floating_point():
+        h = index_segment_reduce(x_l, rs.src, ptr=rs.pair_ptr, reduce=conv.aggr)
+        messages = rs.matmul(h, weight)
+    else:  # the message of edge j -> i of relation r is row x_l[j] of weight[r]: a gather-reduce
+        rows = rs.edge_rel * weight.size(1) + x_l.index_select(0, rs.src)
+        messages = index_segment_reduce(weight.reshape(-1, weight.size(2)), rows, ptr=rs.pair_ptr, reduce=conv.aggr)
     out = segment_reduce(messages, index=rs.pair_dst, dim_size=num_dst, reduce="sum")
     if conv.root is not None:
-        out = out + x_r @ conv.root
+        out = out + (x_r @ conv.root if x_r.is_floating_point() else conv.root.index_select(0, x_r))
     if conv.bias is not None:
         out = out + conv.bias
     return out

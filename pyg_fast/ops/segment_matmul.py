@@ -44,7 +44,7 @@ def segment_matmul(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Te
     check_index_tensor(ptr, "ptr", other.size(0) + 1, ptr.device)
     if ptr.device.type != "cpu" and ptr.device != inputs.device:
         raise ValueError(f"pyg_fast: 'ptr' must be on the CPU or on {inputs.device}, got {ptr.device}")
-    ptr = _layout.check_ptr(ptr, inputs.size(0), covers_all=True)
+    ptr = _layout.ptr_layout(ptr, inputs.size(0), covers_all=True).ptr
     return torch.ops.pyg_fast.segment_matmul(inputs.contiguous(), ptr, other.contiguous(), bias, deterministic)
 
 

@@ -63,8 +63,11 @@ def test_rgcn_bipartite_and_featureless(device):
     edge_index[1] %= 30
     ref, mine = pair(pyg_nn.RGCNConv, fast.RGCNConv, 16, 8, 7, device=device)
     assert_same_forward_backward(ref, mine, lambda conv: conv((x, x_dst), edge_index, edge_type), [x])
-    ref, mine = pair(pyg_nn.RGCNConv, fast.RGCNConv, 60, 8, 7, device=device)  # x=None: PyG's own path
-    assert_same_forward_backward(ref, mine, lambda conv: conv(None, edge_index, edge_type))
+    for kwargs in ({}, {"num_bases": 3}):  # featureless (x=None or node indices): a gather of weight rows
+        ref, mine = pair(pyg_nn.RGCNConv, fast.RGCNConv, 60, 8, 7, device=device, **kwargs)
+        assert_same_forward_backward(ref, mine, lambda conv: conv(None, edge_index, edge_type))
+        index = torch.randperm(60, device=device)
+        assert_same_forward_backward(ref, mine, lambda conv: conv(index, edge_index, edge_type))
 
 
 def test_rgcn_slice_is_cached_and_follows_edge_type_changes():
