@@ -184,10 +184,11 @@ def forward(x: Tensor, ptr: Tensor, w: Tensor, bias: Optional[Tensor] = None,
         if bias is not None:
             out += bias.repeat_interleave(_counts(ptr).to(x.device), dim=0, output_size=M)
         return out
-    if config is None:
+    if config is None:  # chosen once per (ptr tensor, shapes, dtype): no per-call model cost
         def bench(cfg):
             return triton.testing.do_bench(lambda: _launch_forward(x, ptr, w, bias, out, cfg))
-        config = TUNER.choose("fwd", _counts(ptr), K, N, x.dtype, x.device, bench)
+        config = _layout.cached(ptr, ("segmm_config", K, N, x.dtype, _precision(x.dtype), str(x.device)),
+                                lambda: TUNER.choose("fwd", _counts(ptr), K, N, x.dtype, x.device, bench))
     _launch_forward(x, ptr, w, bias, out, config)
     return out
 
@@ -207,7 +208,7 @@ def weight_grad(x: Tensor, ptr: Tensor, g: Tensor, deterministic: bool) -> Tenso
     """``out[t] = x[ptr[t]:ptr[t+1]]^T @ g[ptr[t]:ptr[t+1]]`` as [T, K, N] in x's dtype."""
     T = ptr.numel() - 1
     K, N = x.size(1), g.size(1)
-    cfg = _wgrad_config(x, g, ptr)
+    cfg = _layout.cached(ptr, ("segmm_wgrad_config", K, N, str(x.device)), lambda: _wgrad_config(x, g, ptr))
     routing = _routing(ptr, cfg.rows_per_prog, cfg.block_m, False, x.device)
     items = routing.items.size(0)
     if items == 0 or K == 0 or N == 0:
