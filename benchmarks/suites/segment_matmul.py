@@ -58,7 +58,15 @@ def methods(ptr_cpu, device):
 
 
 def run(rec, device, quick):
-    torch.backends.cuda.matmul.allow_tf32 = True
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True  # "fp32" cases run on TF32 tensor cores
+    try:
+        run_cases(rec, device, quick)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+def run_cases(rec, device, quick):
     peak = ceilings(device)
     sizes = segment_sizes()
     if quick:  # tiny: two distributions scaled down, one size, CPU-friendly

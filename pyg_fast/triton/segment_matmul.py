@@ -101,13 +101,11 @@ def _segmm_wgrad_kernel(x_ptr, g_ptr, dst_ptr, items_ptr, K, N, stride_xm, strid
             g = g.to(tl.float32)
         acc = tl.dot(xt, g, acc, input_precision=PRECISION)
     mask = mask_k[:, None] & mask_n[None, :]
-    # ATOMIC: dst is the fp32 [T, K, N] result; else the [items, K, N] partials.
-    slot = t if ATOMIC else it.to(tl.int64)
-    ptrs = dst_ptr + slot * K * N + offs_k[:, None] * N + offs_n[None, :]
-    if ATOMIC:
-        tl.atomic_add(ptrs, acc, mask=mask)
-    else:
-        tl.store(ptrs, acc, mask=mask)
+    tile = offs_k[:, None] * N + offs_n[None, :]
+    if ATOMIC:  # dst: the fp32 [T, K, N] result
+        tl.atomic_add(dst_ptr + t * K * N + tile, acc, mask=mask)
+    else:  # dst: the [items, K, N] partials
+        tl.store(dst_ptr + it.to(tl.int64) * K * N + tile, acc, mask=mask)
 
 
 @triton.jit
@@ -126,9 +124,10 @@ def _segmm_wgrad_reduce_kernel(part_ptr, type_items_ptr, out_ptr, KN, BLOCK: tl.
 
 
 def _precision(dtype: torch.dtype) -> str:
-    if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
-        return "tf32"
-    return "ieee"
+    """tl.dot input precision: full fp32 unless TF32 is allowed; 16-bit types ignore it."""
+    if dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32:
+        return "ieee"
+    return "tf32"
 
 
 def _widen(dtype: torch.dtype) -> bool:
