@@ -6,7 +6,7 @@ import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch.nn.parameter import UninitializedParameter
 
-from pyg_fast.hetero.tensor_slice import TensorSlice, slice_for
+from pyg_fast.hetero.tensor_slice import TensorSlice, host_ptr, slice_for
 from pyg_fast.ops.segment_matmul import segment_matmul
 
 
@@ -55,7 +55,7 @@ class HeteroDictLinear(pyg_nn.HeteroDictLinear):
                 or not xs[0].is_floating_point() or xs[0].dim() != 2):
             return super().forward(x_dict)
         sizes = [x.size(0) for x in xs]
-        ptr = torch.tensor([0] + sizes).cumsum(0)
+        ptr = host_ptr(tuple(sizes))
         weight = torch.stack([lin.weight.t() for lin in lins])
         bias = torch.stack([lin.bias for lin in lins]) if lins[0].bias is not None else None
         x, weight, bias = autocast_operands(torch.cat(xs), weight, bias)

@@ -1,5 +1,6 @@
 """TensorSlice: rows of a tensor grouped by type, ready for segmented matmuls."""
-from typing import Optional
+from functools import lru_cache
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -79,3 +80,17 @@ def slice_for(types: Tensor, num_types: int, device: torch.device, given: Option
         return given
     return _layout.cached(types, ("tensor_slice", num_types, str(device), is_sorted),
                           lambda: TensorSlice(None, types, num_types, is_sorted, device))
+
+
+@lru_cache(maxsize=256)
+def host_ptr(sizes: Tuple[int, ...]) -> Tensor:
+    """The CPU pointer ``[0, cumsum(sizes)]``, one tensor per distinct ``sizes``: layers that
+    rebuild it every call (from tensor shapes) hit the kernels' per-pointer caches (validation,
+    routing tables, launch configuration) instead of recomputing them."""
+    return torch.tensor((0, ) + sizes).cumsum(0)
+
+
+@lru_cache(maxsize=256)
+def index_on(values: Tuple[int, ...], device: torch.device) -> Tensor:
+    """``values`` as an int64 tensor on ``device``, copied there once."""
+    return torch.tensor(values, device=device)

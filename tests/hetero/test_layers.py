@@ -123,6 +123,22 @@ def test_hgt_matches_pyg(heads, device):
     assert_same_forward_backward(ref, mine, lambda conv: conv(x_dict, data.edge_index_dict), list(x_dict.values()))
 
 
+def test_hgt_follows_edge_changes_and_hooks():
+    data = FakeHeteroDataset(num_node_types=2, num_edge_types=3, avg_num_nodes=30, avg_num_channels=8)[0]
+    x_dict = {key: torch.randn(store.num_nodes, 8) for key, store in data.node_items()}
+    ref, mine = pair(pyg_nn.HGTConv, fast.HGTConv, 8, 8, data.metadata(), heads=2)
+    edges = data.edge_index_dict
+    for _ in range(2):  # the second call reuses the cached bipartite edges
+        assert_same_forward_backward(ref, mine, lambda conv: conv(x_dict, edges))
+    first = next(iter(edges.values()))
+    first[0] = first[0].flip(0)  # in place: the cache must not be reused
+    assert_same_forward_backward(ref, mine, lambda conv: conv(x_dict, edges))
+    seen = []
+    mine.register_message_forward_pre_hook(lambda module, inputs: seen.append(inputs[0]["k_j"].shape))
+    assert_same_forward_backward(ref, mine, lambda conv: conv(x_dict, edges))
+    assert seen  # PyG's message passing ran, with its hooks
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("bias", [True, False])
 def test_hetero_linear_matches_pyg(bias, device):
