@@ -52,7 +52,6 @@ class SegmmConfig(NamedTuple):
 class SizeStats(NamedTuple):
     """The features of a segment-size distribution that configs and tuning keys depend on."""
     rows: int
-    types: int
     mean: float  # over non-empty segments
     cv: float  # coefficient of variation over non-empty segments
 
@@ -61,10 +60,10 @@ def size_stats(counts: Tensor) -> SizeStats:
     """Statistics of the segment sizes ``counts`` (a CPU int64 tensor)."""
     nonempty = counts[counts > 0].double()
     if nonempty.numel() == 0:
-        return SizeStats(0, counts.numel(), 0.0, 0.0)
+        return SizeStats(0, 0.0, 0.0)
     mean = nonempty.mean().item()
     std = nonempty.std(unbiased=False).item() if nonempty.numel() > 1 else 0.0
-    return SizeStats(int(counts.sum()), counts.numel(), mean, std / mean)
+    return SizeStats(int(counts.sum()), mean, std / mean)
 
 
 def _pow2_clamp(n: int, lo: int, hi: int) -> int:
@@ -90,7 +89,7 @@ def _peak_tflops(ceil: dict, dtype: torch.dtype) -> float:
     return ceil["tflops_fp32"]
 
 
-def candidates(K: int, N: int, stats: SizeStats) -> List[SegmmConfig]:
+def candidates(K: int, N: int) -> List[SegmmConfig]:
     """All configurations the model and the autotuner consider for these sizes."""
     block_n = _pow2_clamp(N, 16, 128)
     block_k = _pow2_clamp(K, 16, 64)
@@ -133,8 +132,7 @@ def model_time_us(cfg: SegmmConfig, counts: Tensor, K: int, N: int, dtype: torch
 def model_config(counts: Tensor, K: int, N: int, dtype: torch.dtype, device: torch.device) -> SegmmConfig:
     """The configuration with the lowest modelled time (no measurement)."""
     ceil, num_sms = hardware(device)
-    stats = size_stats(counts)
-    return min(candidates(K, N, stats), key=lambda c: model_time_us(c, counts, K, N, dtype, ceil, num_sms))
+    return min(candidates(K, N), key=lambda c: model_time_us(c, counts, K, N, dtype, ceil, num_sms))
 
 
 def wgrad_rows_per_item(stats: SizeStats, num_sms: int, block_m: int) -> int:
@@ -236,7 +234,7 @@ class Tuner:
         if not self.autotune:
             return model_config(counts, K, N, dtype, device)
         ceil, num_sms = hardware(device)
-        ranked = sorted(candidates(K, N, stats), key=lambda c: model_time_us(c, counts, K, N, dtype, ceil, num_sms))
+        ranked = sorted(candidates(K, N), key=lambda c: model_time_us(c, counts, K, N, dtype, ceil, num_sms))
         best = min(ranked[:self.top_k], key=bench)
         with self._lock:
             self._cache[key] = best

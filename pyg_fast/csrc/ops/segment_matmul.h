@@ -1,5 +1,5 @@
-// Schema-level argument checks of segment_matmul, shared by its CPU kernel and the
-// CUDA (Triton) implementation's Python checks mirror them.
+// Argument checks of segment_matmul for the C++ kernels (the Triton CUDA implementation is
+// reached through the Python wrapper, which checks the same conditions).
 #pragma once
 
 #include "../common/check.h"
