@@ -1,7 +1,7 @@
 """Sweeps the CUDA segment-reduction configurations over many graphs and feature sizes on
 the GPU and writes the rule table that pyg_fast.tuning reads (pyg_fast/tuning/rules.json).
 
-    python -m benchmarks.tune_segment --out DIR    # writes DIR/rules.json and DIR/sweep.json
+    python -m benchmarks.tune_segment --out DIR    # writes DIR/rules.json and DIR/sweep.jsonl
 
 Every configuration's output is checked against torch before it is timed. The table keeps,
 for each input measured, the fastest configuration and the input's features; at run time
@@ -19,9 +19,10 @@ import torch
 import pyg_fast
 from pyg_fast import tuning
 
-ROW_PARAMS = [dict(schedule="row", max_lanes=m, threads=t, chunk=256) for m in (8, 32) for t in (128, 256, 512)]
+ROW_PARAMS = [dict(schedule="row", max_lanes=m, threads=t, chunk=256) for m in (8, 32) for t in (128, 256)]
+ROW_PARALLEL_PARAMS = [dict(schedule="row_parallel", max_lanes=m, threads=256, chunk=256) for m in (4, 8, 32)]
 CHUNK_PARAMS = [dict(schedule="chunk", max_lanes=m, threads=t, chunk=c)
-                for m in (8, 32) for t in (128, 256) for c in (16, 32, 64, 128, 256, 512)]
+                for m in (8, 32) for t in (128, 256) for c in (32, 128, 512)]
 
 
 def power_law_graph(num_nodes: int, num_edges: int, exponent: float, gen: torch.Generator, device):
@@ -46,11 +47,10 @@ def median_ms(fn, reps: int = 20) -> float:
     return sorted(s.elapsed_time(e) for s, e in zip(start, end))[reps // 2]
 
 
-def sweep(device: str, quick: bool):
+def sweep(device: str, quick: bool, out_dir: str):
     gen = torch.Generator().manual_seed(0)
-    shapes = [(2_000, 10_000), (20_000, 200_000), (170_000, 1_200_000), (100_000, 6_000_000),
-              (230_000, 23_000_000)]
-    exponents = [0.0, 0.8, 1.1]
+    shapes = [(2_700, 10_500), (20_000, 200_000), (170_000, 1_200_000), (230_000, 23_000_000)]
+    exponents = [0.0, 0.6, 0.9]
     feature_sizes = [1, 4, 16, 32, 64, 128]
     if quick:
         shapes, exponents, feature_sizes = [(300, 2_000)], [0.0, 1.1], [1, 16]
@@ -70,7 +70,8 @@ def sweep(device: str, quick: bool):
                 ref = torch.zeros(num_nodes, num_features, device=device).index_add_(0, dst, rows)
                 run = lambda: pyg_fast.segment_reduce(rows, dst, dim_size=num_nodes, reduce="sum")
             timings = []
-            for params in ROW_PARAMS + CHUNK_PARAMS:
+            candidates = ROW_PARAMS + CHUNK_PARAMS + (ROW_PARALLEL_PARAMS if num_features <= 16 else [])
+            for params in candidates:
                 tuning.set_override(params)
                 try:
                     out = run()
@@ -83,11 +84,13 @@ def sweep(device: str, quick: bool):
             baseline = median_ms(lambda: torch.zeros(num_nodes, num_features, device=device).index_add_(
                 0, dst, rows[src] if gather else rows))
             best_ms, best = min(timings, key=lambda t: t[0])
-            feats = tuning.features(num_edges, num_nodes, num_features, 4, gather)
+            feats = tuning.features(num_edges, num_nodes, num_features, 4, gather, max_degree)
             results.append(dict(num_nodes=num_nodes, num_edges=num_edges, exponent=exponent,
                                 max_degree=max_degree, F=num_features, gather=gather, features=feats,
                                 best=best, best_ms=best_ms, index_add_ms=baseline,
                                 all=[dict(ms=ms, **p) for ms, p in timings]))
+            with open(os.path.join(out_dir, "sweep.jsonl"), "a") as f:
+                f.write(json.dumps(results[-1]) + "\n")
             print(f"V={num_nodes} E={num_edges} exp={exponent} maxdeg={max_degree} F={num_features} "
                   f"gather={gather}: best {best_ms:.4f} ms {best} | index_add {baseline:.4f} ms", flush=True)
     return results
@@ -112,8 +115,8 @@ def main():
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    results = sweep("cuda", args.quick)
-    weights = [1.0, 1.0, 1.0, 0.0, 4.0]
+    results = sweep("cuda", args.quick, args.out)
+    weights = [1.0, 1.0, 1.0, 0.0, 4.0, 1.0]
     ratios = leave_one_out(results, weights)
     within = sum(r <= 1.1 for r in ratios)
     geo = math.exp(sum(math.log(r) for r in ratios) / max(len(ratios), 1))
@@ -124,8 +127,6 @@ def main():
     rules = dict(source=source, weights=weights, default=table[0]["params"] if table else {}, table=table)
     with open(os.path.join(args.out, "rules.json"), "w") as f:
         json.dump(rules, f, indent=1)
-    with open(os.path.join(args.out, "sweep.json"), "w") as f:
-        json.dump(results, f)
 
 
 if __name__ == "__main__":

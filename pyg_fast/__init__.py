@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 _LIBRARY_PATH = load_library()
 
 from pyg_fast.ops import (  # noqa: E402
+    edge_softmax,
     index_segment_reduce,
     index_weight_segment_reduce,
     gather_segment_matmul,
@@ -18,6 +19,8 @@ from pyg_fast.ops import (  # noqa: E402
     segment_matmul,
     segment_reduce,
 )
+
+from pyg_fast.patch import patch  # noqa: E402
 
 
 def show_config() -> str:
@@ -47,5 +50,6 @@ def show_config() -> str:
     return text
 
 
-__all__ = ["segment_reduce", "index_segment_reduce", "index_weight_segment_reduce", "sddmm",
-           "segment_matmul", "gather_segment_matmul", "show_config", "cuda_arch_list"]
+__all__ = ["patch", "edge_softmax", "segment_reduce", "index_segment_reduce", "index_weight_segment_reduce", "sddmm",
+           "segment_matmul", "gather_segment_matmul",
+           "show_config", "cuda_arch_list"]

@@ -13,18 +13,21 @@ import weakref
 
 import torch
 from torch import Tensor
+from torch._subclasses.fake_tensor import is_fake
 from torch.utils.weak import WeakTensorKeyDictionary
 
 _CACHE = WeakTensorKeyDictionary()
 
 
-def _compiling() -> bool:
-    return torch.compiler.is_compiling()
+def _compiling(*tensors: Tensor) -> bool:
+    """True while tracing (torch.compile, including AOTAutograd's backward trace, where
+    is_compiling() is False but the tensors are fake): data cannot be read then."""
+    return torch.compiler.is_compiling() or any(is_fake(t) for t in tensors)
 
 
 def cached(tensor: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
     """Returns ``compute()``, memoised on ``tensor`` (and any view of its storage owner)."""
-    if _compiling() or torch.jit.is_scripting():
+    if _compiling(tensor) or torch.jit.is_scripting():
         return compute()
     owner = tensor if tensor._base is None else tensor._base
     slot = (key, tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()), tensor._version)
@@ -53,11 +56,14 @@ class SegmentLayout(NamedTuple):
 
     ``ptr`` [dim_size + 1] is the CSR pointer over the rows in sorted order;
     ``perm`` [E] lists the rows in that order, or is None when the index was
-    already sorted; ``covers_all`` says whether ptr spans every row (0 to E).
+    already sorted; ``covers_all`` says whether ptr spans every row (0 to E);
+    ``max_segment`` is the longest segment (None where unknown, under compile),
+    which the schedule choice uses to detect skew.
     """
     ptr: Tensor
     perm: Optional[Tensor]
     covers_all: bool = True
+    max_segment: Optional[int] = None
 
 
 def _index_stats(index: Tensor) -> Tuple[int, int, bool]:
@@ -74,7 +80,7 @@ def check_index_range(index: Tensor, size: int, name: str) -> bool:
 
     Under torch.compile nothing is checked (that would need a host sync) and False is returned.
     """
-    if _compiling():
+    if _compiling(index):
         return False
 
     def compute():
@@ -91,19 +97,26 @@ def coo_layout(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None) -
     index = as_long(index)
 
     def compute():
-        if _compiling():
+        if _compiling(index):
             known_sorted = bool(is_sorted)
         else:
             checked = check_index_range(index, dim_size, "index")
             known_sorted = checked if is_sorted is None else (is_sorted and checked)
             if is_sorted and not checked:
                 raise ValueError("pyg_fast: 'index' was declared sorted but is not sorted")
-        if known_sorted:
-            return SegmentLayout(torch._convert_indices_from_coo_to_csr(index, dim_size), None)
-        sorted_index, perm = torch.sort(index, stable=True)
-        return SegmentLayout(torch._convert_indices_from_coo_to_csr(sorted_index, dim_size), perm)
+        perm = None
+        if not known_sorted:
+            index_sorted, perm = torch.sort(index, stable=True)
+        ptr = torch._convert_indices_from_coo_to_csr(index if perm is None else index_sorted, dim_size)
+        return SegmentLayout(ptr, perm, True, _max_segment(ptr))
 
     return cached(index, ("coo_layout", dim_size, is_sorted), compute)
+
+
+def _max_segment(ptr: Tensor) -> Optional[int]:
+    if _compiling(ptr):
+        return None
+    return int(ptr.diff().max()) if ptr.numel() > 1 else 0
 
 
 def ptr_layout(ptr: Tensor, num_rows: int, covers_all: bool = False) -> SegmentLayout:
@@ -117,7 +130,7 @@ def ptr_layout(ptr: Tensor, num_rows: int, covers_all: bool = False) -> SegmentL
     ptr = as_long(ptr)
 
     def compute():
-        if _compiling():
+        if _compiling(ptr):
             return SegmentLayout(ptr, None, covers_all)
         if ptr.numel() > 1:
             lo, hi, is_sorted = _index_stats(ptr)
@@ -125,10 +138,10 @@ def ptr_layout(ptr: Tensor, num_rows: int, covers_all: bool = False) -> SegmentL
                 span = f"from 0 to {num_rows}" if covers_all else f"within [0, {num_rows}]"
                 raise ValueError(f"pyg_fast: 'ptr' must be non-decreasing {span} (the number of rows "
                                  f"it splits), got values in [{lo}, {hi}]{'' if is_sorted else ', not sorted'}")
-            return SegmentLayout(ptr, None, lo == 0 and hi == num_rows)
+            return SegmentLayout(ptr, None, lo == 0 and hi == num_rows, _max_segment(ptr))
         if covers_all and num_rows != 0:
             raise ValueError(f"pyg_fast: 'ptr' with one entry covers no rows but there are {num_rows}")
-        return SegmentLayout(ptr, None, num_rows == 0)
+        return SegmentLayout(ptr, None, num_rows == 0, 0)
 
     return cached(ptr, ("ptr_layout", num_rows, covers_all), compute)
 
@@ -146,11 +159,13 @@ class TransposedLayout(NamedTuple):
     """The edges of a gather (src_index -> dst rows given by a CSR ptr) regrouped by source.
 
     ``perm`` lists edges sorted by source, ``ptr`` [num_src + 1] points into that order,
-    ``dst_index`` [E] is the destination of each edge in that order.
+    ``dst_index`` [E] is the destination of each edge in that order, ``max_segment`` the
+    largest out-degree.
     """
     perm: Tensor
     ptr: Tensor
     dst_index: Tensor
+    max_segment: Optional[int]
 
 
 def transposed_layout(src_index: Tensor, dst_ptr: Tensor, num_src: int) -> TransposedLayout:
@@ -160,8 +175,8 @@ def transposed_layout(src_index: Tensor, dst_ptr: Tensor, num_src: int) -> Trans
     def compute():
         dst_index = ptr_to_index(dst_ptr, src_index.numel())
         sorted_src, perm = torch.sort(src_index, stable=True)
-        return owner, TransposedLayout(perm, torch._convert_indices_from_coo_to_csr(sorted_src, num_src),
-                                       dst_index.index_select(0, perm))
+        ptr = torch._convert_indices_from_coo_to_csr(sorted_src, num_src)
+        return owner, TransposedLayout(perm, ptr, dst_index.index_select(0, perm), _max_segment(ptr))
 
     entry_owner, layout = cached(src_index, ("transposed", num_src, id(dst_ptr), dst_ptr._version), compute)
     if entry_owner() is not dst_ptr:  # id() was reused by another tensor: recompute

@@ -64,12 +64,15 @@ def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optiona
         layout = _layout.coo_layout(dst_index, dim_size, sorted)
 
     feat_shape = tuple(x.shape[1:])
-    x2 = x.reshape(x.size(0), -1)
+    num_features = 1
+    for size in feat_shape:
+        num_features *= size
+    x2 = x.reshape(x.size(0), num_features)
     w2 = _edge_weight(weight, num_edges, x2.size(1), x.device, x.dtype)
     if layout.perm is not None:
         src_index = src_index.index_select(0, layout.perm)
         w2 = w2.index_select(0, layout.perm) if w2 is not None else None
-    out = _index_segment_reduce_csr(x2, src_index, layout.ptr, w2, reduce)
+    out = _index_segment_reduce_csr(x2, src_index, layout.ptr, w2, reduce, layout.max_segment)
     return out.reshape((dim_size,) + feat_shape)
 
 
@@ -89,9 +92,9 @@ def _edge_weight(weight: Optional[Tensor], num_edges: int, num_features: int, de
 
 
 def _index_segment_reduce_csr(x2: Tensor, src_index: Tensor, ptr: Tensor, weight: Optional[Tensor],
-                              reduce: str) -> Tensor:
+                              reduce: str, max_segment: Optional[int]) -> Tensor:
     config = segment_config(x2, src_index.numel(), ptr.numel() - 1, gather=True,
-                            heads=weight.size(1) if weight is not None else 1)
+                            heads=weight.size(1) if weight is not None else 1, max_segment=max_segment)
     return torch.ops.pyg_fast.index_segment_reduce(
         x2.contiguous(), src_index, ptr, weight.contiguous() if weight is not None else None, reduce,
         config)
@@ -140,7 +143,7 @@ def _backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
     if need_x:
         t = _layout.transposed_layout(src_index, ptr, N)
         w_t = weight.index_select(0, t.perm) if weight is not None else None
-        grad_x = _index_segment_reduce_csr(grad_out, t.dst_index, t.ptr, w_t, "sum")
+        grad_x = _index_segment_reduce_csr(grad_out, t.dst_index, t.ptr, w_t, "sum", t.max_segment)
     if need_w:
         dst_index = _layout.ptr_to_index(ptr, E)
         grad_w = torch.ops.pyg_fast.sddmm(grad_out.view(V, H, F // H), x.view(N, H, F // H), dst_index,

@@ -72,12 +72,13 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
         pre *= s
     src3 = src.reshape(pre, num_rows, -1) if src.numel() > 0 else src.new_zeros(pre, num_rows, _prod(shape[dim + 1:]))
     if layout.perm is None:
-        out = _segment_reduce_csr(src3, layout.ptr, reduce, layout.covers_all)
+        out = _segment_reduce_csr(src3, layout.ptr, reduce, layout.covers_all, layout.max_segment)
     elif pre == 1:
         from pyg_fast.ops.index_segment_reduce import _index_segment_reduce_csr
-        out = _index_segment_reduce_csr(src3[0], layout.perm, layout.ptr, None, reduce).unsqueeze(0)
+        out = _index_segment_reduce_csr(src3[0], layout.perm, layout.ptr, None, reduce,
+                                        layout.max_segment).unsqueeze(0)
     else:
-        out = _segment_reduce_csr(src3.index_select(1, layout.perm), layout.ptr, reduce)
+        out = _segment_reduce_csr(src3.index_select(1, layout.perm), layout.ptr, reduce, True, layout.max_segment)
     shape[dim] = dim_size
     return out.reshape(shape)
 
@@ -89,8 +90,9 @@ def _prod(sizes) -> int:
     return p
 
 
-def _segment_reduce_csr(src3: Tensor, ptr: Tensor, reduce: str, covers_all: bool = True) -> Tensor:
-    config = segment_config(src3, src3.size(1), ptr.numel() - 1, covers_all=covers_all)
+def _segment_reduce_csr(src3: Tensor, ptr: Tensor, reduce: str, covers_all: bool,
+                        max_segment: Optional[int]) -> Tensor:
+    config = segment_config(src3, src3.size(1), ptr.numel() - 1, covers_all=covers_all, max_segment=max_segment)
     return torch.ops.pyg_fast.segment_reduce(src3.contiguous(), ptr, reduce, config)
 
 

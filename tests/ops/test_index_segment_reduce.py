@@ -118,3 +118,24 @@ def test_bad_inputs_raise_clear_errors():
         pyg_fast.index_segment_reduce(x, src, ptr=torch.tensor([0, 2, 3]))
     with pytest.raises(IndexError, match="src_index"):
         torch.ops.pyg_fast.index_segment_reduce(x, src + 1, torch.tensor([0, 2, 3, 4]), None, "sum", [])
+
+
+def test_compile_fullgraph_backward_traced_cpu():
+    """The backward is traced with fake tensors too: no data-dependent checks may run there."""
+    src, dst = random_graph(30, 120, 25, "cpu")
+    x = torch.randn(30, 2, 4, requires_grad=True)
+    w = torch.rand(120, 2, requires_grad=True)
+
+    def loss(x, w):
+        return pyg_fast.index_weight_segment_reduce(x, src, dst, w, 25, "mean").square().sum()
+
+    expected = torch.autograd.grad(loss(x, w), (x, w))
+    got = torch.autograd.grad(torch.compile(loss, fullgraph=True)(x, w), (x, w))
+    for a, b in zip(got, expected):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_zero_source_rows():
+    out = pyg_fast.index_weight_segment_reduce(torch.randn(0, 3, 4), torch.zeros(0, dtype=torch.long),
+                                               torch.zeros(0, dtype=torch.long), None, 5, "max")
+    assert out.shape == (5, 3, 4) and (out == 0).all()

@@ -137,3 +137,36 @@ def test_bad_inputs_raise_clear_errors():
 def test_device_mismatch_raises():
     with pytest.raises(ValueError, match="cuda"):
         pyg_fast.segment_reduce(torch.randn(4, 2, device="cuda"), torch.tensor([0, 0, 1, 1]), dim_size=2)
+
+
+SCHEDULE_PARAMS = [dict(schedule="row", max_lanes=32, threads=128, chunk=256),
+                   dict(schedule="row", max_lanes=2, threads=64, chunk=256),
+                   dict(schedule="row_parallel", max_lanes=8, threads=256, chunk=256),
+                   dict(schedule="row_parallel", max_lanes=32, threads=128, chunk=256),
+                   dict(schedule="chunk", max_lanes=32, threads=128, chunk=7),
+                   dict(schedule="chunk", max_lanes=4, threads=256, chunk=64)]
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
+@pytest.mark.parametrize("params", SCHEDULE_PARAMS, ids=lambda p: f"{p['schedule']}-{p['max_lanes']}-{p['chunk']}")
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+@pytest.mark.parametrize("num_features", [1, 4, 36])
+def test_every_cuda_schedule(params, reduce, dtype, num_features):
+    """Each schedule computes the same function, whatever the selector would pick."""
+    from pyg_fast import tuning
+    index = random_index(3000, 200, "cuda", huge_segment=True)
+    src = torch.randn(3000, num_features, device="cuda").to(dtype)
+    x = torch.randn(150, num_features, device="cuda").to(dtype)
+    src_index = torch.randint(0, 150, (3000,), device="cuda")
+    weight = (torch.rand(3000, device="cuda") + 0.5).to(dtype)
+    gathered = x.double()[src_index] * weight.double()[:, None]
+    tuning.set_override(params)
+    try:
+        poison_allocator(200 * num_features * 2, "cuda")
+        out = pyg_fast.segment_reduce(src, index, dim_size=200, reduce=reduce)
+        spmm = pyg_fast.index_weight_segment_reduce(x, src_index, index, weight, 200, reduce)
+    finally:
+        tuning.set_override(None)
+    assert_close(out, scatter_reference(src, index, 200, reduce), dtype)
+    assert_close(spmm, scatter_reference(gathered, index, 200, reduce), dtype, scale=2)

@@ -13,7 +13,7 @@
 
 namespace pyg_fast::cuda {
 
-enum class Schedule : int64_t { Row = 0, Chunk = 1 };
+enum class Schedule : int64_t { Row = 0, Chunk = 1, RowParallel = 2 };
 
 // Layout of the int[] config argument (kept in sync with pyg_fast/tuning/__init__.py):
 // [schedule, lanes per group, vector width, threads per block, rows per chunk]; [] = defaults.
@@ -41,7 +41,7 @@ struct SegmentConfig {
     c.vec = static_cast<int>(config[2]);
     c.threads = static_cast<int>(config[3]);
     c.chunk = config[4];
-    TORCH_CHECK_VALUE(config[0] == 0 || config[0] == 1, "pyg_fast: unknown schedule ", config[0]);
+    TORCH_CHECK_VALUE(config[0] >= 0 && config[0] <= 2, "pyg_fast: unknown schedule ", config[0]);
     TORCH_CHECK_VALUE(c.lanes >= 1 && c.lanes <= 32 && (c.lanes & (c.lanes - 1)) == 0,
                       "pyg_fast: lanes must be a power of two <= 32, got ", c.lanes);
     TORCH_CHECK_VALUE((c.vec == 1 || c.vec == 2 || c.vec == 4 || c.vec == 8) && c.vec * element_size <= 16 &&
@@ -99,6 +99,12 @@ void launch_segment_reduce(const SegmentConfig& c, const at::Tensor& ptr, int64_
   scalar_t* o = out.mutable_data_ptr<scalar_t>();
   if (c.schedule == Schedule::Row) {
     segment_rows_kernel<scalar_t, acc_t, R, VEC>
+        <<<grid_for(batch * num_segments, c), c.threads, 0, stream>>>(p, num_segments, batch, groups, rows, o);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return;
+  }
+  if (c.schedule == Schedule::RowParallel) {
+    segment_rows_parallel_kernel<scalar_t, acc_t, R, VEC>
         <<<grid_for(batch * num_segments, c), c.threads, 0, stream>>>(p, num_segments, batch, groups, rows, o);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;

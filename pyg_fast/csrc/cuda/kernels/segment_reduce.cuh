@@ -6,9 +6,13 @@
 // Threads form groups of `lanes` threads; each lane owns VEC consecutive features (one 16-byte
 // load when VEC * sizeof(scalar_t) == 16), so a group covers lanes * VEC features per pass.
 //
-// Two schedules (chosen per input by pyg_fast/tuning):
+// Three schedules (chosen per input by pyg_fast/tuning):
 //  * row:   one group per output row walks the whole segment (GeoT's sequential reduction
 //           without atomics). Every output row is written exactly once, deterministic.
+//  * row_parallel: one group per output row, but its lanes split the segment's rows (lane l
+//           takes rows lo + l, lo + l + lanes, ...) and each lane holds VEC features; a
+//           warp-shuffle tree combines the lanes (GeoT's parallel reduction). For small F,
+//           where lanes over features would leave most of a warp idle or uncoalesced.
 //  * chunk: one group per chunk of `chunk` consecutive rows of the source, whatever segments they
 //           belong to, so long segments are split evenly (GeoT's work balance). Segments inside a
 //           chunk are finished in place; a segment that crosses a chunk boundary leaves one
@@ -68,22 +72,23 @@ struct GatheredRows {
   static constexpr bool kScaled = WEIGHTED;
 };
 
-// Folds the rows lo..hi-1 of one lane's VEC features into acc, UNROLL loads in flight.
+// Folds the rows lo, lo + step, ... < hi of one lane's VEC features into acc, UNROLL loads in
+// flight.
 template <typename acc_t, Reduce R, int VEC, typename Rows>
 __device__ __forceinline__ void fold_rows(const Rows& rows, int64_t b, int64_t lo, int64_t hi,
-                                          int64_t f0, acc_t (&acc)[VEC]) {
+                                          int64_t f0, acc_t (&acc)[VEC], int64_t step = 1) {
   using scalar_t = typename Rows::scalar_type;
   constexpr int UNROLL = 4;
   int64_t e = lo;
-  for (; e + UNROLL <= hi; e += UNROLL) {
+  for (; e + (UNROLL - 1) * step < hi; e += UNROLL * step) {
     Vec<scalar_t, VEC> v[UNROLL];
     bool ok[UNROLL];
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) ok[u] = rows.load(b, e + u, f0, v[u]);
+    for (int u = 0; u < UNROLL; ++u) ok[u] = rows.load(b, e + u * step, f0, v[u]);
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       if (!ok[u]) continue;
-      const acc_t s = rows.template scale<acc_t>(e + u, f0);
+      const acc_t s = rows.template scale<acc_t>(e + u * step, f0);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const acc_t val = Rows::kScaled ? s * static_cast<acc_t>(v[u].v[k]) : static_cast<acc_t>(v[u].v[k]);
@@ -91,7 +96,7 @@ __device__ __forceinline__ void fold_rows(const Rows& rows, int64_t b, int64_t l
       }
     }
   }
-  for (; e < hi; ++e) {
+  for (; e < hi; e += step) {
     Vec<scalar_t, VEC> v;
     if (!rows.load(b, e, f0, v)) continue;
     const acc_t s = rows.template scale<acc_t>(e, f0);
@@ -151,6 +156,35 @@ __global__ void segment_rows_kernel(const int64_t* __restrict__ ptr, int64_t num
       init_acc<acc_t, R, VEC>(acc);
       fold_rows<acc_t, R, VEC>(rows, b, lo, hi, f0, acc);
       store_final<scalar_t, acc_t, R, VEC>(out + (b * num_segments + r) * F + f0, acc, hi - lo);
+    }
+  }
+}
+
+// Row-parallel schedule: out [B, V, F]; one group per (b, r), lanes split the segment's rows.
+// Groups of one warp loop in lockstep (inactive groups fold nothing) so the shuffles are safe.
+template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
+__global__ void segment_rows_parallel_kernel(const int64_t* __restrict__ ptr, int64_t num_segments,
+                                             int64_t batch, Groups groups, Rows rows,
+                                             scalar_t* __restrict__ out) {
+  const int64_t F = rows.num_features, total = batch * num_segments;
+  const int lane = groups.lane();
+  const int64_t warp_first = groups.first() - (threadIdx.x % 32) / groups.lanes;
+  for (int64_t base = warp_first; base < total; base += groups.stride()) {
+    const int64_t i = base + (threadIdx.x % 32) / groups.lanes;
+    const bool active = i < total;
+    const int64_t b = active ? i / num_segments : 0, r = active ? i - b * num_segments : 0;
+    int64_t lo = 0, hi = 0;
+    if (active) segment_bounds(ptr, r, rows.num_rows, lo, hi);
+    for (int64_t f0 = 0; f0 < F; f0 += VEC) {
+      acc_t acc[VEC];
+      init_acc<acc_t, R, VEC>(acc);
+      fold_rows<acc_t, R, VEC>(rows, b, lo + lane, hi, f0, acc, groups.lanes);
+      for (int offset = groups.lanes / 2; offset > 0; offset /= 2) {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k)
+          acc[k] = Reducer<R, acc_t>::update(acc[k], __shfl_xor_sync(0xffffffffu, acc[k], offset, groups.lanes));
+      }
+      if (active && lane == 0) store_final<scalar_t, acc_t, R, VEC>(out + i * F + f0, acc, hi - lo);
     }
   }
 }

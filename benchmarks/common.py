@@ -1,0 +1,344 @@
+"""Timing, checking and recording shared by every benchmark.
+
+- ``time_ms(fn)``: median milliseconds of ``fn()`` after warm-up.
+- ``rel_error`` / ``check``: relative Frobenius error against a reference, NaN fails.
+- ``bench_methods``: checks each method's output against a reference, then times
+  only the methods that gave the right answer; records both kinds.
+- ``Recorder``: collects ``{"suite", "case", "method", "ms", ...}`` records with
+  the environment of the run and writes ``results.json`` and ``summary.md``.
+"""
+import datetime
+import hashlib
+import json
+import math
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Bounds on ||out - ref|| / ||ref|| against a float64 reference. Looser than the
+# unit tests' bounds (pyg_fast.testing.REL_TOL) because power-law graphs have
+# segments of 10^4+ rows, where float32 accumulation alone reaches ~sqrt(n) eps.
+REL_TOL = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}
+
+# Timing budgets in milliseconds (warm-up, measurement), as triton's do_bench takes them.
+FULL_BUDGET = (25, 100)
+QUICK_BUDGET = (0, 0)  # one warm-up call and five timed calls
+
+
+def budget_for(quick: bool) -> Tuple[float, float]:
+    return QUICK_BUDGET if quick else FULL_BUDGET
+
+
+def time_ms(fn: Callable[[], object], warmup: float = 25, rep: float = 100,
+            device: Optional[torch.device] = None) -> float:
+    """Median milliseconds of one call of ``fn`` after warm-up.
+
+    ``warmup`` and ``rep`` are time budgets in milliseconds (as in
+    ``triton.testing.do_bench``). ``device`` defaults to CUDA when CUDA has been
+    initialised in this process. On CUDA, ``do_bench`` is used when triton is
+    importable (it flushes L2 before each call, so times are cold-cache), else
+    CUDA events around each call; on CPU ``time.perf_counter``.
+    """
+    device = torch.device(device) if device is not None else torch.device(
+        "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu")
+    if device.type == "cuda":
+        try:
+            from triton.testing import do_bench
+        except ImportError:
+            do_bench = None
+        if do_bench is not None:
+            return float(do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+        return _median_of_calls(fn, warmup, rep, _cuda_event_timer)
+    return _median_of_calls(fn, warmup, rep, _cpu_timer)
+
+
+def _cpu_timer(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
+
+
+def _cuda_event_timer(fn: Callable[[], object]) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def _median_of_calls(fn: Callable[[], object], warmup: float, rep: float,
+                     timer: Callable[[Callable[[], object]], float]) -> float:
+    """Warms up for ``warmup`` ms (at least one call), then takes the median of
+    as many calls as fit in ``rep`` ms (at least 5, at most 1000)."""
+    spent, calls = 0.0, 0
+    while calls == 0 or spent < warmup:
+        spent += timer(fn)
+        calls += 1
+    count = int(min(1000, max(5, rep / max(spent / calls, 1e-6))))
+    times = sorted(timer(fn) for _ in range(count))
+    return times[count // 2] if count % 2 else 0.5 * (times[count // 2 - 1] + times[count // 2])
+
+
+def measure_copy_bandwidth(device) -> float:
+    """Device copy bandwidth in GB/s, counting bytes read plus bytes written."""
+    device = torch.device(device)
+    nbytes = (1 << 30) if device.type == "cuda" else (1 << 27)
+    src = torch.ones(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src), device=device)
+    return 2 * nbytes / (ms * 1e6)
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in float64 (inf for a shape mismatch, NaN or inf in ``out``)."""
+    if tuple(out.shape) != tuple(ref.shape):
+        return math.inf
+    out, ref = out.detach(), ref.detach().to(out.device)
+    if not torch.isfinite(out).all():
+        return math.inf
+    diff = torch.linalg.vector_norm((out.double() - ref.double()).flatten()).item()
+    norm = torch.linalg.vector_norm(ref.double().flatten()).item()
+    return diff / (norm if norm > 0 else 1.0)
+
+
+def check(out: torch.Tensor, ref: torch.Tensor, rel_tol: float) -> bool:
+    """Whether ``out`` is within ``rel_tol`` relative Frobenius error of ``ref``; NaN fails."""
+    return rel_error(out, ref) <= rel_tol
+
+
+def bench_methods(rec: "Recorder", suite: str, case: dict, methods: Dict[str, Callable[[], torch.Tensor]],
+                  ref: torch.Tensor, device, rel_tol: float, budget: Tuple[float, float] = FULL_BUDGET,
+                  nbytes: Optional[int] = None) -> None:
+    """Checks every method's output against ``ref``, times the ones that are right.
+
+    A method that raises or gives a wrong answer is recorded with ``ms=None`` and
+    an ``error``. ``nbytes`` (the bytes the operation must move at least) adds
+    ``bytes`` and ``gbps`` to timed records. ``budget`` is ``time_ms``'s (warm-up, rep) in ms.
+    """
+    warmup, rep = budget
+    for method, fn in methods.items():
+        try:
+            out = fn()
+            err = rel_error(out, ref)
+            del out
+            if not err <= rel_tol:
+                rec.add(suite, case, method, None, rel_err=err if math.isfinite(err) else None,
+                        error=f"wrong result: relative error {err:.3g} > {rel_tol:.3g}")
+                continue
+            ms = time_ms(fn, warmup, rep, device=device)
+        except Exception as exc:  # an unsupported case or out of memory: record it, go on
+            _release_memory(device)
+            rec.add(suite, case, method, None, error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                    if str(exc) else type(exc).__name__)
+            continue
+        extra = {"rel_err": err}
+        if nbytes is not None:
+            extra.update(bytes=int(nbytes), gbps=nbytes / (ms * 1e6))
+        rec.add(suite, case, method, ms, **extra)
+
+
+def _release_memory(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _git(*args: str) -> Optional[str]:
+    try:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                              check=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def git_tree_hash(path: Path) -> Optional[str]:
+    """The hash git gives the tree at ``path`` (what ``git rev-parse HEAD:<path>``
+    prints when it is committed), computed from the files themselves, for copies of
+    the repository that lack .git. None for an empty folder (git stores none)."""
+    entries = []
+    for child in path.iterdir():
+        if child.is_symlink() or child.name == "__pycache__":
+            continue
+        if child.is_dir():
+            digest = git_tree_hash(child)
+            if digest is not None:
+                entries.append((child.name + "/", b"40000 " + child.name.encode(), bytes.fromhex(digest)))
+        else:
+            data = child.read_bytes()
+            mode = b"100755" if os.access(child, os.X_OK) else b"100644"
+            blob = hashlib.sha1(b"blob %d\0" % len(data) + data).digest()
+            entries.append((child.name, mode + b" " + child.name.encode(), blob))
+    if not entries:
+        return None
+    body = b"".join(head + b"\0" + digest for _, head, digest in sorted(entries))  # git orders dirs as "name/"
+    return hashlib.sha1(b"tree %d\0" % len(body) + body).hexdigest()
+
+
+def _version(module: str) -> Optional[str]:
+    try:
+        return __import__(module).__version__
+    except Exception:  # not installed, or broken: the record says so with None
+        return None
+
+
+def environment(device) -> dict:
+    """What the results depend on: hardware, versions, the code's commit and the copy bandwidth."""
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    try:
+        import pyg_fast
+        archs = [f"sm_{a // 10}" for a in pyg_fast.cuda_arch_list()]
+    except Exception:
+        archs = None
+    csrc_changes = _git("status", "--porcelain", "--", "pyg_fast/csrc")
+    csrc_tree = os.environ.get("PYG_FAST_CSRC_TREE") or _git("rev-parse", "HEAD:pyg_fast/csrc")
+    return {
+        "device": str(device),
+        "gpu": torch.cuda.get_device_name(device) if cuda else None,
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_threads": torch.get_num_threads(),
+        # Other processes on the CPUs delay multithreaded kernels by whole scheduler ticks.
+        "load_avg_1min": os.getloadavg()[0],
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "torch_geometric": _version("torch_geometric"),
+        "torch_scatter": _version("torch_scatter"),
+        "triton": _version("triton"),
+        "pyg_fast_cuda_archs": archs,
+        "commit": os.environ.get("PYG_FAST_COMMIT") or _git("rev-parse", "HEAD"),
+        # Without git (a copy of the tree), hash the files: equal to git's tree hash when committed.
+        "csrc_tree": csrc_tree or git_tree_hash(REPO_ROOT / "pyg_fast" / "csrc"),
+        # Uncommitted changes under csrc make git's csrc_tree describe other code than what ran.
+        "csrc_dirty": None if csrc_changes is None else bool(csrc_changes),
+        "copy_gbps": measure_copy_bandwidth(device),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+class Recorder:
+    """Collects benchmark records and writes them as JSON and as a markdown summary.
+
+    ``autosave=(path_json, path_md)`` rewrites both files at most every
+    ``autosave_s`` seconds while records come in, so a run that is cut short
+    still leaves its results.
+    """
+
+    def __init__(self, device, env: Optional[dict] = None, autosave: Optional[tuple] = None,
+                 autosave_s: float = 20.0, verbose: bool = True):
+        self.env = env if env is not None else environment(device)
+        self.records: List[dict] = []
+        self.failures: List[dict] = []
+        self.autosave = autosave
+        self.autosave_s = autosave_s
+        self.verbose = verbose
+        self._saved_at = time.monotonic()
+
+    def add(self, suite: str, case: dict, method: str, ms: Optional[float], **extra) -> None:
+        record = {"suite": suite, "case": dict(case), "method": method, "ms": ms, **extra}
+        self.records.append(record)
+        if self.verbose:
+            shown = f"{ms:.4g} ms" if ms is not None else record.get("error", "failed")
+            print(f"[{suite}] {_case_text(case)} {method}: {shown}", flush=True)
+        if self.autosave and time.monotonic() - self._saved_at > self.autosave_s:
+            self.write(*self.autosave)
+
+    def add_failure(self, suite: str, message: str) -> None:
+        """A whole suite (or part of one) that could not run."""
+        self.failures.append({"suite": suite, "error": message})
+        if self.verbose:
+            print(f"[{suite}] FAILED:\n{message}", flush=True)
+
+    def write(self, path_json, path_md, **sections) -> None:
+        """Writes both files; ``sections`` are extra top-level entries of the JSON."""
+        Path(path_json).parent.mkdir(parents=True, exist_ok=True)
+        with open(path_json, "w") as f:
+            json.dump({"env": self.env, "records": self.records, "failures": self.failures, **sections},
+                      f, indent=1)
+        Path(path_md).write_text(summary_markdown(self.env, self.records, self.failures))
+        self._saved_at = time.monotonic()
+
+
+def _case_text(case: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in case.items())
+
+
+def _case_key(case: dict) -> str:
+    return json.dumps(case, sort_keys=True)
+
+
+def _ordered(items: Iterable) -> list:
+    return list(dict.fromkeys(items))
+
+
+def _geomean(values: List[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def summary_markdown(env: dict, records: List[dict], failures: List[dict]) -> str:
+    """One table per suite: a row per case, a column per method (ms), pyg_fast's
+    speedup over the fastest baseline and, where records carry bytes, its
+    effective bandwidth and the share of the measured copy bandwidth."""
+    lines = ["# pyg_fast benchmark results", ""]
+    lines += [f"- {k}: {v}" for k, v in env.items()]
+    copy_gbps = env.get("copy_gbps")
+    for suite in _ordered(r["suite"] for r in records):
+        rows = [r for r in records if r["suite"] == suite]
+        methods = _ordered(["pyg_fast"] * any(r["method"] == "pyg_fast" for r in rows)
+                           + [r["method"] for r in rows])
+        cases = {}
+        for r in rows:
+            cases.setdefault(_case_key(r["case"]), {"case": r["case"], "by_method": {}})["by_method"][r["method"]] = r
+        case_keys = _ordered(k for c in cases.values() for k in c["case"])
+        header = case_keys + [f"{m} ms" for m in methods] + ["fastest baseline", "speedup"]
+        with_bytes = any("bytes" in r for r in rows)
+        if with_bytes:
+            header += ["pyg_fast GB/s", "% of copy"]
+        lines += ["", f"## {suite}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        speedups = {}
+        for c in cases.values():
+            by_method = c["by_method"]
+            cells = [str(c["case"].get(k, "")) for k in case_keys]
+            cells += [_ms_cell(by_method.get(m)) for m in methods]
+            ours = by_method.get("pyg_fast")
+            timed = {m: r["ms"] for m, r in by_method.items() if m != "pyg_fast" and r["ms"] is not None}
+            best = min(timed, key=timed.get) if timed else None
+            if best is not None and ours is not None and ours["ms"] is not None:
+                speedup = timed[best] / ours["ms"]
+                speedups.setdefault(str(c["case"].get("graph", "all")), []).append(speedup)
+                cells += [best, f"{speedup:.2f}x"]
+            else:
+                cells += [best or "-", "-"]
+            if with_bytes:
+                gbps = ours.get("gbps") if ours else None
+                cells += [f"{gbps:.0f}" if gbps else "-",
+                          f"{100 * gbps / copy_gbps:.0f}%" if gbps and copy_gbps else "-"]
+            lines.append("| " + " | ".join(cells) + " |")
+        if speedups:
+            every = [s for group in speedups.values() for s in group]
+            parts = [f"{g}: {_geomean(v):.2f}x" for g, v in speedups.items()]
+            lines += ["", f"Geometric mean speedup of pyg_fast over the fastest baseline: "
+                          f"{_geomean(every):.2f}x overall ({', '.join(parts)}); slowest case "
+                          f"{min(every):.2f}x."]
+        failed = [r for r in rows if r["ms"] is None]
+        if failed:
+            lines += ["", "Failed (not timed):", ""]
+            lines += [f"- {_case_text(r['case'])} {r['method']}: {r.get('error', 'failed')}" for r in failed]
+    for failure in failures:
+        lines += ["", f"## {failure['suite']}: suite failed", "", "```", failure["error"].rstrip(), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def _ms_cell(record: Optional[dict]) -> str:
+    if record is None:
+        return ""
+    if record["ms"] is None:
+        return "wrong" if record.get("error", "").startswith("wrong") else "error"
+    return f"{record['ms']:.4g}"

@@ -1,0 +1,87 @@
+"""End-to-end suites "e2e_train" and "e2e_infer": 3-layer GCN, GIN, SAGE, GAT (hidden 64,
+GAT 4 heads x 16) built from PyG's layers, run as stock PyG and after pyg_fast.nn.convert,
+in the same process. A train step is forward + cross-entropy + backward + Adam step."""
+import copy
+
+import torch
+import torch.nn.functional as F
+import torch_geometric.nn as pyg_nn
+
+import pyg_fast.nn
+from benchmarks.common import Recorder, time_ms
+from benchmarks.graphs import load_graph
+
+MODELS = ("gcn", "gin", "sage", "gat")
+GRAPHS = ("cora", "arxiv_like", "reddit2_like")
+QUICK_GRAPHS = ("cora",)
+HIDDEN, LAYERS, CLASSES, IN_FEATURES = 64, 3, 16, 64
+
+
+def make_layer(model: str, c_in: int, c_out: int) -> torch.nn.Module:
+    if model == "gcn":
+        return pyg_nn.GCNConv(c_in, c_out)
+    if model == "gin":
+        return pyg_nn.GINConv(torch.nn.Sequential(torch.nn.Linear(c_in, c_out), torch.nn.ReLU(),
+                                                  torch.nn.Linear(c_out, c_out)))
+    if model == "sage":
+        return pyg_nn.SAGEConv(c_in, c_out)
+    return pyg_nn.GATConv(c_in, c_out // 4, heads=4)
+
+
+class Net(torch.nn.Module):
+    def __init__(self, model: str):
+        super().__init__()
+        dims = [IN_FEATURES] + [HIDDEN] * (LAYERS - 1) + [CLASSES]
+        self.convs = torch.nn.ModuleList(make_layer(model, a, b) for a, b in zip(dims[:-1], dims[1:]))
+
+    def forward(self, x, edge_index):
+        for i, conv in enumerate(self.convs):
+            x = conv(x, edge_index)
+            if i < len(self.convs) - 1:
+                x = x.relu()
+        return x
+
+
+def _peak_mb(device, fn) -> float:
+    if device.type != "cuda":
+        return float("nan")
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() / 2**20
+
+
+def run(rec: Recorder, device, quick: bool = False) -> None:
+    device = torch.device(device)
+    for graph_name in (QUICK_GRAPHS if quick else GRAPHS):
+        data = load_graph(graph_name)
+        edge_index = data.edge_index.to(device)
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(data.num_nodes, IN_FEATURES, generator=gen).to(device)
+        y = torch.randint(0, CLASSES, (data.num_nodes,), generator=gen).to(device)
+        for model_name in MODELS:
+            torch.manual_seed(0)
+            stock = Net(model_name).to(device)
+            fast = pyg_fast.nn.convert(copy.deepcopy(stock))
+            with torch.no_grad():  # outputs are checked before timing
+                torch.testing.assert_close(fast(x, edge_index), stock(x, edge_index), rtol=1e-3, atol=1e-3)
+            case = {"model": model_name, "graph": graph_name}
+            for method, net in (("pyg_fast", fast), ("pyg", stock)):
+                optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+
+                def train_step(net=net, optimizer=optimizer):
+                    optimizer.zero_grad(set_to_none=True)
+                    F.cross_entropy(net(x, edge_index), y).backward()
+                    optimizer.step()
+
+                def infer(net=net):
+                    with torch.no_grad():
+                        net(x, edge_index)
+
+                for suite, fn in (("e2e_train", train_step), ("e2e_infer", infer)):
+                    ms = time_ms(fn)
+                    rec.add(suite, case, method, ms, peak_mb=_peak_mb(device, fn))
+            del stock, fast
+            if device.type == "cuda":
+                torch.cuda.empty_cache()

@@ -1,0 +1,97 @@
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "../ops/edge_softmax.h"
+#include "segment_walk.h"
+
+namespace pyg_fast::cpu {
+namespace {
+
+// Calls row_fn(lo, hi, acc) for every destination row with a valid edge range; acc is scratch
+// space of H accumulators per thread. Reports a malformed ptr as an error.
+template <typename acc_t, typename RowFn>
+void for_each_row(const at::Tensor& ptr, int64_t num_edges, int64_t heads, const RowFn& row_fn) {
+  const int64_t num_rows = ptr.numel() - 1;
+  const int64_t* p = ptr.const_data_ptr<int64_t>();
+  const int64_t avg_degree = num_rows > 0 ? num_edges / num_rows + 1 : 1;
+  const int64_t grain = std::max<int64_t>(1, kGrainSize / (avg_degree * heads));
+  std::atomic<bool> bad_ptr{false};
+  at::parallel_for(0, num_rows, grain, [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> first(heads), second(heads);
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t lo = p[r], hi = p[r + 1];
+      if (lo < 0 || hi < lo || hi > num_edges) {
+        bad_ptr = true;
+        continue;
+      }
+      row_fn(lo, hi, first.data(), second.data());
+    }
+  });
+  TORCH_CHECK_VALUE(!bad_ptr, "pyg_fast: 'ptr' must be non-decreasing, start at >= 0 and end at <= ",
+                    num_edges, " (the number of edges)");
+}
+
+at::Tensor edge_softmax(const at::Tensor& src, const at::Tensor& ptr) {
+  check_edge_softmax_args(src, ptr);
+  auto out = at::empty_like(src);
+  const int64_t E = src.size(0), H = src.size(1);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "edge_softmax", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const scalar_t* s = src.const_data_ptr<scalar_t>();
+    scalar_t* o = out.mutable_data_ptr<scalar_t>();
+    for_each_row<acc_t>(ptr, E, H, [&](int64_t lo, int64_t hi, acc_t* max, acc_t* sum) {
+      std::fill(max, max + H, -std::numeric_limits<acc_t>::infinity());
+      std::fill(sum, sum + H, acc_t(0));
+      for (int64_t e = lo; e < hi; ++e)
+        for (int64_t h = 0; h < H; ++h) max[h] = std::max(max[h], static_cast<acc_t>(s[e * H + h]));
+      for (int64_t e = lo; e < hi; ++e)
+        for (int64_t h = 0; h < H; ++h) sum[h] += std::exp(static_cast<acc_t>(s[e * H + h]) - max[h]);
+      for (int64_t h = 0; h < H; ++h) sum[h] = acc_t(1) / (sum[h] + acc_t(1e-16));
+      for (int64_t e = lo; e < hi; ++e)
+        for (int64_t h = 0; h < H; ++h)
+          o[e * H + h] = static_cast<scalar_t>(std::exp(static_cast<acc_t>(s[e * H + h]) - max[h]) * sum[h]);
+    });
+  });
+  return out;
+}
+
+at::Tensor edge_softmax_backward(const at::Tensor& out, const at::Tensor& grad_out, const at::Tensor& ptr) {
+  check_edge_softmax_backward_args(out, grad_out, ptr);
+  auto grad_src = at::empty_like(out);
+  const int64_t E = out.size(0), H = out.size(1);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "edge_softmax_backward", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const scalar_t* y = out.const_data_ptr<scalar_t>();
+    const scalar_t* g = grad_out.const_data_ptr<scalar_t>();
+    scalar_t* gs = grad_src.mutable_data_ptr<scalar_t>();
+    for_each_row<acc_t>(ptr, E, H, [&](int64_t lo, int64_t hi, acc_t* dot, acc_t*) {
+      std::fill(dot, dot + H, acc_t(0));
+      for (int64_t e = lo; e < hi; ++e)
+        for (int64_t h = 0; h < H; ++h)
+          dot[h] += static_cast<acc_t>(y[e * H + h]) * static_cast<acc_t>(g[e * H + h]);
+      for (int64_t e = lo; e < hi; ++e)
+        for (int64_t h = 0; h < H; ++h)
+          gs[e * H + h] = static_cast<scalar_t>(static_cast<acc_t>(y[e * H + h]) *
+                                                (static_cast<acc_t>(g[e * H + h]) - dot[h]));
+    });
+  });
+  return grad_src;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(pyg_fast, CPU, m) {
+  m.impl("edge_softmax", &edge_softmax);
+  m.impl("edge_softmax_backward", &edge_softmax_backward);
+}
+
+}  // namespace pyg_fast::cpu

@@ -1,0 +1,107 @@
+// CUDA kernels of the sampled dense-dense edge ops (sddmm). Torch-free: ../sddmm.cu launches them.
+//
+// a [Na, H, D], b [Nb, H, D]; edge e joins row a_index[e] of a with row b_index[e] of b.
+//  * dot: one group of LANES threads per (edge, head) pair; each lane loads VEC consecutive
+//    features at a time (16-byte loads where D allows) and the group sums its partial dot
+//    products with an xor-shuffle tree of log2(LANES) steps. LANES is adapted to D (the
+//    smallest power of two with LANES * VEC >= D, at most 32: G-Sparse's adaptive warp
+//    shuffle), so small D packs several pairs into one warp instead of idling lanes.
+//  * add/sub/mul/div: one thread per VEC consecutive outputs of [E, H * D].
+// Out-of-range indices produce zeros (the Python layer reports them before launching).
+#pragma once
+
+#include <cstdint>
+
+namespace pyg_fast::cuda {
+
+enum class SddmmOp : int { Dot = 0, Add = 1, Sub = 2, Mul = 3, Div = 4 };
+
+constexpr int kSddmmThreadsPerBlock = 256;
+
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC) SddmmVec {
+  T v[VEC];
+};
+
+template <SddmmOp OP, typename acc_t>
+__device__ __forceinline__ acc_t sddmm_apply(acc_t x, acc_t y) {
+  if constexpr (OP == SddmmOp::Add) return x + y;
+  if constexpr (OP == SddmmOp::Sub) return x - y;
+  if constexpr (OP == SddmmOp::Div) return x / y;
+  return x * y;  // Mul, and the products summed by Dot
+}
+
+__device__ __forceinline__ bool in_range(int64_t i, int64_t n) {
+  return static_cast<uint64_t>(i) < static_cast<uint64_t>(n);
+}
+
+// out [E, H]. Grid-stride over the E * H pairs, (blockDim.x / LANES) pairs per block step.
+template <typename scalar_t, typename acc_t, int LANES, int VEC>
+__global__ void sddmm_dot_kernel(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b,
+                                 const int64_t* __restrict__ a_index, const int64_t* __restrict__ b_index,
+                                 scalar_t* __restrict__ out, int64_t num_edges, int64_t heads, int64_t dim,
+                                 int64_t num_a, int64_t num_b) {
+  static_assert(LANES >= 1 && LANES <= 32 && (LANES & (LANES - 1)) == 0, "LANES: power of two <= 32");
+  const int lane = threadIdx.x % LANES;
+  const int64_t pairs = num_edges * heads;
+  const int64_t groups_per_grid = static_cast<int64_t>(gridDim.x) * (blockDim.x / LANES);
+  // Every lane of a warp runs the same number of iterations (pairs are rounded up per warp),
+  // so the shuffles below always see the full warp.
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * (blockDim.x / LANES) + threadIdx.x / LANES;
+  const int64_t warp_first = first - (threadIdx.x % 32) / LANES;
+  for (int64_t base = warp_first; base < pairs; base += groups_per_grid) {
+    const int64_t pair = base + (threadIdx.x % 32) / LANES;
+    acc_t acc = acc_t(0);
+    bool valid = false;
+    int64_t e = 0, h = 0;
+    if (pair < pairs) {
+      e = pair / heads;
+      h = pair % heads;
+      const int64_t i = a_index[e], j = b_index[e];
+      valid = in_range(i, num_a) && in_range(j, num_b);
+      if (valid) {
+        const scalar_t* ra = a + (i * heads + h) * dim;
+        const scalar_t* rb = b + (j * heads + h) * dim;
+        for (int64_t d = static_cast<int64_t>(lane) * VEC; d < dim; d += static_cast<int64_t>(LANES) * VEC) {
+          const auto va = *reinterpret_cast<const SddmmVec<scalar_t, VEC>*>(ra + d);
+          const auto vb = *reinterpret_cast<const SddmmVec<scalar_t, VEC>*>(rb + d);
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) acc += static_cast<acc_t>(va.v[k]) * static_cast<acc_t>(vb.v[k]);
+        }
+      }
+    }
+#pragma unroll
+    for (int off = LANES / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off, LANES);
+    if (pair < pairs && lane == 0) out[e * heads + h] = valid ? static_cast<scalar_t>(acc) : scalar_t(0);
+  }
+}
+
+// out [E, H * D] = a[a_index[e]] OP b[b_index[e]] elementwise; features = H * D, VEC divides it.
+template <typename scalar_t, typename acc_t, SddmmOp OP, int VEC>
+__global__ void sddmm_elementwise_kernel(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b,
+                                         const int64_t* __restrict__ a_index,
+                                         const int64_t* __restrict__ b_index, scalar_t* __restrict__ out,
+                                         int64_t num_edges, int64_t features, int64_t num_a, int64_t num_b) {
+  const int64_t vecs_per_row = features / VEC;
+  const int64_t total = num_edges * vecs_per_row;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += stride) {
+    const int64_t e = t / vecs_per_row, f = (t % vecs_per_row) * VEC;
+    const int64_t i = a_index[e], j = b_index[e];
+    SddmmVec<scalar_t, VEC> r;
+    if (in_range(i, num_a) && in_range(j, num_b)) {
+      const auto va = *reinterpret_cast<const SddmmVec<scalar_t, VEC>*>(a + i * features + f);
+      const auto vb = *reinterpret_cast<const SddmmVec<scalar_t, VEC>*>(b + j * features + f);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k)
+        r.v[k] = static_cast<scalar_t>(
+            sddmm_apply<OP, acc_t>(static_cast<acc_t>(va.v[k]), static_cast<acc_t>(vb.v[k])));
+    } else {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) r.v[k] = scalar_t(0);
+    }
+    *reinterpret_cast<SddmmVec<scalar_t, VEC>*>(out + e * features + f) = r;
+  }
+}
+
+}  // namespace pyg_fast::cuda

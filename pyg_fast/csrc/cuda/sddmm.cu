@@ -1,0 +1,118 @@
+// CUDA binding of sddmm; kernels in kernels/sddmm.cuh.
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "../ops/sddmm.h"
+#include "kernels/sddmm.cuh"
+
+namespace pyg_fast::cuda {
+namespace {
+
+// Resident blocks per SM that a grid-stride launch needs to fill the GPU.
+constexpr int64_t kBlocksPerSm = 8;
+
+int64_t grid_size(int64_t work_items, int64_t items_per_block) {
+  const int64_t needed = (work_items + items_per_block - 1) / items_per_block;
+  const int64_t resident = at::cuda::getCurrentDeviceProperties()->multiProcessorCount * kBlocksPerSm;
+  return std::max<int64_t>(1, std::min(needed, resident));
+}
+
+// Widest vector (16 bytes at most) that divides the row length and keeps every row aligned.
+template <typename scalar_t>
+int vector_width(int64_t row_len, const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) {
+  int vec = 16 / static_cast<int>(sizeof(scalar_t));
+  auto aligned = [&](int v) {
+    const auto bytes = static_cast<uintptr_t>(v * sizeof(scalar_t));
+    return reinterpret_cast<uintptr_t>(a.const_data_ptr()) % bytes == 0 &&
+           reinterpret_cast<uintptr_t>(b.const_data_ptr()) % bytes == 0 &&
+           reinterpret_cast<uintptr_t>(out.const_data_ptr()) % bytes == 0;
+  };
+  while (vec > 1 && (row_len % vec != 0 || !aligned(vec))) vec /= 2;
+  return vec;
+}
+
+template <typename scalar_t, int VEC>
+void launch_dot(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_index, const at::Tensor& b_index,
+                at::Tensor& out, cudaStream_t stream) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t E = a_index.numel(), H = a.size(1), D = a.size(2);
+  int lanes = 1;  // adaptive: enough lanes to cover D in one pass of VEC-wide loads, at most a warp
+  while (lanes < 32 && static_cast<int64_t>(lanes) * VEC < D) lanes *= 2;
+  const int64_t pairs_per_block = kSddmmThreadsPerBlock / lanes;
+  const int64_t grid = grid_size(E * H, pairs_per_block);
+  auto launch = [&](auto lanes_tag) {
+    constexpr int LANES = decltype(lanes_tag)::value;
+    sddmm_dot_kernel<scalar_t, acc_t, LANES, VEC><<<grid, kSddmmThreadsPerBlock, 0, stream>>>(
+        a.const_data_ptr<scalar_t>(), b.const_data_ptr<scalar_t>(), a_index.const_data_ptr<int64_t>(),
+        b_index.const_data_ptr<int64_t>(), out.mutable_data_ptr<scalar_t>(), E, H, D, a.size(0), b.size(0));
+  };
+  switch (lanes) {
+    case 1: launch(std::integral_constant<int, 1>{}); break;
+    case 2: launch(std::integral_constant<int, 2>{}); break;
+    case 4: launch(std::integral_constant<int, 4>{}); break;
+    case 8: launch(std::integral_constant<int, 8>{}); break;
+    case 16: launch(std::integral_constant<int, 16>{}); break;
+    default: launch(std::integral_constant<int, 32>{}); break;
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename scalar_t, int VEC>
+void launch_elementwise(EdgeOp op, const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_index,
+                        const at::Tensor& b_index, at::Tensor& out, cudaStream_t stream) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t E = a_index.numel(), F = a.size(1) * a.size(2);
+  const int64_t grid = grid_size(E * (F / VEC), kSddmmThreadsPerBlock);
+  auto launch = [&](auto op_tag) {
+    constexpr SddmmOp OP = decltype(op_tag)::value;
+    sddmm_elementwise_kernel<scalar_t, acc_t, OP, VEC><<<grid, kSddmmThreadsPerBlock, 0, stream>>>(
+        a.const_data_ptr<scalar_t>(), b.const_data_ptr<scalar_t>(), a_index.const_data_ptr<int64_t>(),
+        b_index.const_data_ptr<int64_t>(), out.mutable_data_ptr<scalar_t>(), E, F, a.size(0), b.size(0));
+  };
+  switch (op) {
+    case EdgeOp::Add: launch(std::integral_constant<SddmmOp, SddmmOp::Add>{}); break;
+    case EdgeOp::Sub: launch(std::integral_constant<SddmmOp, SddmmOp::Sub>{}); break;
+    case EdgeOp::Mul: launch(std::integral_constant<SddmmOp, SddmmOp::Mul>{}); break;
+    default: launch(std::integral_constant<SddmmOp, SddmmOp::Div>{}); break;
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+at::Tensor sddmm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_index, const at::Tensor& b_index,
+                 c10::string_view op_name) {
+  check_sddmm_args(a, b, a_index, b_index);
+  const EdgeOp op = parse_edge_op(std::string(op_name));
+  const c10::cuda::CUDAGuard guard(a.device());
+  const int64_t E = a_index.numel(), H = a.size(1), D = a.size(2);
+  auto out = op == EdgeOp::Dot ? at::empty({E, H}, a.options()) : at::empty({E, H, D}, a.options());
+  if (E == 0 || H == 0) return out;
+  if (D == 0) return out.zero_();
+  auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "sddmm_cuda", [&] {
+    constexpr int kMaxVec = 16 / sizeof(scalar_t);
+    const bool wide = vector_width<scalar_t>(op == EdgeOp::Dot ? D : H * D, a, b, out) == kMaxVec;
+    if (op == EdgeOp::Dot) {
+      wide ? launch_dot<scalar_t, kMaxVec>(a, b, a_index, b_index, out, stream)
+           : launch_dot<scalar_t, 1>(a, b, a_index, b_index, out, stream);
+    } else {
+      wide ? launch_elementwise<scalar_t, kMaxVec>(op, a, b, a_index, b_index, out, stream)
+           : launch_elementwise<scalar_t, 1>(op, a, b, a_index, b_index, out, stream);
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(pyg_fast, CUDA, m) { m.impl("sddmm", &sddmm); }
+
+}  // namespace pyg_fast::cuda

@@ -1,0 +1,52 @@
+"""What the fused layers share: when to leave a call to PyG, scripting, conversion."""
+import copy
+
+import torch
+from torch_geometric.nn.aggr import MaxAggregation, MeanAggregation, MinAggregation, SumAggregation
+
+# MessagePassing's hook registries; a registered hook needs PyG's unfused path to see messages.
+_HOOK_DICTS = (
+    "_propagate_forward_pre_hooks", "_propagate_forward_hooks", "_message_forward_pre_hooks",
+    "_message_forward_hooks", "_aggregate_forward_pre_hooks", "_aggregate_forward_hooks",
+    "_message_and_aggregate_forward_pre_hooks", "_message_and_aggregate_forward_hooks",
+    "_edge_update_forward_pre_hooks", "_edge_update_forward_hooks",
+)
+
+_REDUCES = {SumAggregation: "sum", MeanAggregation: "mean", MaxAggregation: "max", MinAggregation: "min"}
+
+
+class FusedLayer:
+    """Mixin for a pyg_fast layer ``Ours(PyGClass)`` that runs fused kernels and defers to
+    ``PyGClass.forward`` whenever PyG's message-level machinery must run."""
+
+    def _pyg_path_required(self) -> bool:
+        """True under explain, decomposed_layers > 1 or with any message passing hook."""
+        return (bool(self.explain) or self.decomposed_layers > 1
+                or any(getattr(self, name) for name in _HOOK_DICTS))
+
+    def _reduce(self):
+        """The aggregation as a kernel reduce name, or None if it is not a basic one."""
+        return _REDUCES.get(type(self.aggr_module))
+
+    @classmethod
+    def _pyg_class(cls):
+        return cls.__mro__[cls.__mro__.index(FusedLayer) + 1]
+
+    def __prepare_scriptable__(self):
+        """``torch.jit.script`` compiles PyG's own layer holding the same parameters: the fused
+        path needs Python (graph caches, EdgeIndex), PyG's path is already scriptable."""
+        twin = copy.copy(self)
+        twin.__class__ = self._pyg_class()
+        twin._set_jittable_templates()
+        return twin
+
+    @classmethod
+    def from_pyg(cls, module: torch.nn.Module) -> torch.nn.Module:
+        """A layer of this class sharing ``module``'s parameters, buffers and settings."""
+        if type(module) is not cls._pyg_class():
+            raise TypeError(f"pyg_fast: {cls.__name__}.from_pyg expects a "
+                            f"{cls._pyg_class().__module__}.{cls.__name__}, got {type(module).__name__}")
+        fused = copy.copy(module)
+        fused.__class__ = cls
+        fused._set_jittable_templates()
+        return fused

@@ -1,0 +1,108 @@
+from typing import Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+import torch_geometric.nn as pyg_nn
+from torch import Tensor
+from torch_geometric import EdgeIndex
+from torch_geometric.typing import Adj, OptTensor, Size
+from torch_geometric.utils import add_self_loops, remove_self_loops
+
+from pyg_fast.nn import _graph
+from pyg_fast.nn._fused import FusedLayer
+from pyg_fast.ops import _layout
+from pyg_fast.ops.edge_softmax import edge_softmax
+from pyg_fast.ops.index_segment_reduce import index_weight_segment_reduce
+from pyg_fast.ops.sddmm import sddmm
+
+
+class GATConv(FusedLayer, pyg_nn.GATConv):
+    r"""PyG's :class:`torch_geometric.nn.GATConv` on pyg_fast kernels.
+
+    .. math::
+        \mathbf{x}^{\prime}_i = \alpha_{i,i}\mathbf{\Theta}_{t}\mathbf{x}_{i} +
+        \sum_{j \in \mathcal{N}(i)} \alpha_{i,j}\mathbf{\Theta}_{s}\mathbf{x}_{j},
+        \qquad \alpha_{i,j} = \mathrm{softmax}_j\big(\mathrm{LeakyReLU}(
+        \mathbf{a}^{\top}_{s}\mathbf{\Theta}_{s}\mathbf{x}_j +
+        \mathbf{a}^{\top}_{t}\mathbf{\Theta}_{t}\mathbf{x}_i
+        [+ \mathbf{a}^{\top}_{e}\mathbf{\Theta}_{e}\mathbf{e}_{i,j}])\big)
+
+    Same constructor, parameters, ``state_dict`` and outputs as PyG's class. Per graph
+    (cached with ``edge_index``): self loops and the grouping of edges by target. Per
+    call: node projections, one SDDMM for the per-edge scores, one edge softmax kernel
+    and one multi-head weighted SpMM; no ``[E, heads, C]`` message tensor is built.
+    ``return_attention_weights`` gives the edges and coefficients in PyG's order.
+    Attention dropout draws its mask over edges grouped by target, so with
+    ``dropout > 0`` in training the random mask differs from PyG's (same distribution).
+    torch.sparse and ``SparseTensor`` inputs, attention weights for an ``EdgeIndex``
+    input, and the cases listed in :class:`pyg_fast.nn.GCNConv` run PyG's path.
+    """
+    propagate_type = {"x": "OptPairTensor", "alpha": "Tensor"}
+    edge_updater_type = {"alpha": "OptPairTensor", "edge_attr": "OptTensor"}
+
+    def forward(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Adj,
+                edge_attr: OptTensor = None, size: Size = None, return_attention_weights: Optional[bool] = None):
+        edges = None
+        if (isinstance(edge_index, Tensor) and edge_index.layout == torch.strided and not self._pyg_path_required()
+                and not (return_attention_weights is not None and isinstance(edge_index, EdgeIndex))):
+            edges = _graph.unpack(edge_index, self.flow)
+        if edges is None:
+            return super().forward(x, edge_index, edge_attr, size, return_attention_weights)
+        H, C = self.heads, self.out_channels
+        x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
+        assert x_src.dim() == 2, "Static graphs not supported in 'GATConv'"
+        res = self.res(x_dst) if self.res is not None and x_dst is not None else None
+        lin_src = self.lin if self.lin is not None else self.lin_src
+        lin_dst = self.lin if self.lin is not None else self.lin_dst
+        if isinstance(x, Tensor) and self.lin is not None:
+            x_src = x_dst = self.lin(x).view(-1, H, C)
+        else:
+            x_src = lin_src(x_src).view(-1, H, C)
+            x_dst = lin_dst(x_dst).view(-1, H, C) if x_dst is not None else None
+        alpha_src = (x_src * self.att_src).sum(dim=-1)
+        alpha_dst = None if x_dst is None else (x_dst * self.att_dst).sum(-1)
+
+        edge_index = edges.edge_index
+        if self.add_self_loops:
+            edge_index, edge_attr = self._with_self_loops(edge_index, edge_attr, x_src, x_dst, size)
+        num_src, num_dst = _graph.num_nodes(x_src, x_dst, edges.sizes, size)
+        graph = _graph.by_destination(edge_index, num_src, num_dst, self.flow)
+
+        if alpha_dst is None:
+            alpha = alpha_src.index_select(0, graph.src)
+        else:
+            alpha = sddmm(alpha_src.unsqueeze(-1), alpha_dst.unsqueeze(-1), graph.src, graph.dst, "add").squeeze(-1)
+        if graph.src.numel() > 0:  # PyG leaves the scores of an empty graph as they are
+            if edge_attr is not None and self.lin_edge is not None:
+                edge_attr = _graph.in_edge_order(edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr,
+                                                 graph)
+                alpha = alpha + (self.lin_edge(edge_attr).view(-1, H, C) * self.att_edge).sum(dim=-1)
+            alpha = F.leaky_relu(alpha, self.negative_slope)
+            alpha = edge_softmax(alpha, ptr=graph.ptr)
+            alpha = F.dropout(alpha, p=self.dropout, training=self.training)
+
+        if graph.src.numel() > 0:
+            out = index_weight_segment_reduce(x_src, graph.src, None, alpha, ptr=graph.ptr)
+        else:  # no edges (and maybe no nodes): nothing to aggregate
+            out = x_src.new_zeros(num_dst, H, C)
+        out = out.view(-1, H * C) if self.concat else out.mean(dim=1)
+        if res is not None:
+            out = out + res
+        if self.bias is not None:
+            out = out + self.bias
+        if return_attention_weights is not None:
+            return out, (edge_index, _graph.in_input_order(alpha, graph))
+        return out
+
+    def _with_self_loops(self, edge_index: Tensor, edge_attr: OptTensor, x_src: Tensor, x_dst: OptTensor,
+                         size: Size) -> Tuple[Tensor, OptTensor]:
+        """PyG's self-loop handling; the new edge_index is memoised on the input one."""
+        num_nodes = x_src.size(0) if x_dst is None else min(x_src.size(0), x_dst.size(0))
+        num_nodes = min(size) if size is not None else num_nodes
+
+        def compute(attr: OptTensor = None):
+            ei, attr = remove_self_loops(edge_index, attr)
+            return add_self_loops(ei, attr, fill_value=self.fill_value, num_nodes=num_nodes)
+
+        looped = _layout.cached(edge_index, ("gat_self_loops", num_nodes), lambda: compute()[0])
+        return looped, (compute(edge_attr)[1] if edge_attr is not None else None)

@@ -1,0 +1,45 @@
+import torch.nn.functional as F
+import torch_geometric.nn as pyg_nn
+from torch import Tensor
+from torch_geometric.typing import Adj, OptPairTensor, Size
+
+from pyg_fast.nn import _graph
+from pyg_fast.nn._fused import FusedLayer
+from pyg_fast.ops.index_segment_reduce import index_weight_segment_reduce
+
+
+class SAGEConv(FusedLayer, pyg_nn.SAGEConv):
+    r"""PyG's :class:`torch_geometric.nn.SAGEConv` on pyg_fast kernels.
+
+    .. math::
+        \mathbf{x}^{\prime}_i = \mathbf{W}_1 \mathbf{x}_i + \mathbf{W}_2 \cdot
+        \mathrm{aggr}_{j \in \mathcal{N}(i)} \mathbf{x}_j
+
+    Same constructor, parameters, ``state_dict`` and outputs as PyG's class. For
+    ``aggr`` in sum, mean, max and min the aggregation is one gather-fused segment
+    reduction over edges grouped by target (cached per graph). Other aggregations
+    (lists, LSTM, learnable ones) and the cases listed in
+    :class:`pyg_fast.nn.GCNConv` run PyG's path.
+    """
+    propagate_type = {"x": "OptPairTensor"}
+
+    def forward(self, x, edge_index: Adj, size: Size = None) -> Tensor:
+        pair: OptPairTensor = (x, x) if isinstance(x, Tensor) else x
+        reduce, edges = self._reduce(), None
+        if reduce is not None and pair[0].dim() == 2 and not self._pyg_path_required():
+            edges = _graph.unpack(edge_index, self.flow)
+        if edges is None:
+            return super().forward(x, edge_index, size)
+        x_src, x_dst = pair
+        if self.project and hasattr(self, "lin"):
+            x_src = self.lin(x_src).relu()
+        num_src, num_dst = _graph.num_nodes(x_src, x_dst, edges.sizes, size)
+        graph = _graph.by_destination(edges.edge_index, num_src, num_dst, self.flow)
+        out = index_weight_segment_reduce(x_src, graph.src, None, _graph.in_edge_order(edges.value, graph),
+                                          reduce=reduce, ptr=graph.ptr)
+        out = self.lin_l(out)
+        if self.root_weight and x_dst is not None:
+            out = out + self.lin_r(x_dst)
+        if self.normalize:
+            out = F.normalize(out, p=2., dim=-1)
+        return out

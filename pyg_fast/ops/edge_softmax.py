@@ -1,0 +1,77 @@
+"""Softmax over the edges that share a destination (torch.ops.pyg_fast.edge_softmax)."""
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from pyg_fast.ops import _layout
+from pyg_fast.ops._checks import check_float, check_index_tensor
+
+
+def edge_softmax(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
+                 num_nodes: Optional[int] = None, dim: int = 0) -> Tensor:
+    r"""Sparse softmax of ``src`` over the groups of edges given by ``index`` or ``ptr``.
+
+    .. math::
+        \mathrm{out}_e = \frac{\exp(\mathrm{src}_e - m_i)}
+        {\sum_{f \,:\, \mathrm{index}_f = i} \exp(\mathrm{src}_f - m_i) + 10^{-16}},
+        \qquad m_i = \max_{f \,:\, \mathrm{index}_f = i} \mathrm{src}_f
+
+    for every edge :math:`e` with :math:`\mathrm{index}_e = i`, separately for every
+    trailing column (e.g. attention head). Same signature, numerics (the max is
+    detached, the ``1e-16``) and gradients as :func:`torch_geometric.utils.softmax`,
+    computed by one fused kernel per pass. Groups come from ``index`` (ideally sorted;
+    an unsorted one is sorted once and cached with the tensor) or a CSR ``ptr`` over
+    ``dim``.
+    """
+    check_float(src, "src")
+    if src.dim() == 0:
+        raise ValueError("pyg_fast: 'src' must have at least one dimension")
+    dim = dim + src.dim() if dim < 0 else dim
+    if not 0 <= dim < src.dim():
+        raise IndexError(f"pyg_fast: dim {dim} is out of range for 'src' of shape {tuple(src.shape)}")
+    num_edges = src.size(dim)
+    if ptr is not None:
+        check_index_tensor(ptr, "ptr", None, src.device)
+        if num_nodes is not None and num_nodes != ptr.numel() - 1:
+            raise ValueError(f"pyg_fast: num_nodes={num_nodes} does not match 'ptr' "
+                             f"(expected {ptr.numel() - 1})")
+        layout = _layout.ptr_layout(ptr, num_edges, covers_all=True)
+    elif index is not None:
+        check_index_tensor(index, "index", num_edges, src.device)
+        if num_nodes is None:
+            num_nodes = int(index.max()) + 1 if num_edges > 0 else 0
+        layout = _layout.coo_layout(index, num_nodes, getattr(index, "is_sorted", None))
+    else:
+        raise ValueError("pyg_fast: pass 'index' or 'ptr'")
+    moved = src.movedim(dim, 0)
+    src2 = moved.reshape(num_edges, -1)
+    if layout.perm is None:
+        out2 = torch.ops.pyg_fast.edge_softmax(src2.contiguous(), layout.ptr)
+    else:
+        out_sorted = torch.ops.pyg_fast.edge_softmax(src2.index_select(0, layout.perm), layout.ptr)
+        out2 = torch.zeros_like(src2).index_copy(0, layout.perm, out_sorted)
+    return out2.view(moved.shape).movedim(0, dim)
+
+
+@torch.library.register_fake("pyg_fast::edge_softmax")
+def _(src, ptr):
+    return torch.empty_like(src)
+
+
+@torch.library.register_fake("pyg_fast::edge_softmax_backward")
+def _(out, grad_out, ptr):
+    return torch.empty_like(out)
+
+
+def _setup_context(ctx, inputs, output):
+    _, ptr = inputs
+    ctx.save_for_backward(output, ptr)
+
+
+def _backward(ctx, grad_out: Tensor):
+    out, ptr = ctx.saved_tensors
+    return torch.ops.pyg_fast.edge_softmax_backward(out, grad_out.contiguous(), ptr), None
+
+
+torch.library.register_autograd("pyg_fast::edge_softmax", _backward, setup_context=_setup_context)

@@ -1,0 +1,86 @@
+import pytest
+import torch
+import torch_geometric.nn as pyg_nn
+from torch_geometric import EdgeIndex
+
+import pyg_fast.nn as fast_nn
+from pyg_fast.testing import DEVICES
+from tests.nn._helpers import compare, random_graph
+
+OPS = {"index_segment_reduce", "edge_softmax", "edge_softmax_backward", "sddmm"}
+
+
+def pair(device, in_channels=16, out_channels=8, **kwargs):
+    ref = pyg_nn.GATConv(in_channels, out_channels, **kwargs).to(device)
+    fast = fast_nn.GATConv(in_channels, out_channels, **kwargs).to(device)
+    fast.load_state_dict(ref.state_dict())
+    return ref, fast
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("options", [{}, {"heads": 4}, {"heads": 3, "concat": False}, {"add_self_loops": False},
+                                     {"heads": 2, "residual": True}, {"bias": False, "negative_slope": 0.1},
+                                     {"flow": "target_to_source"}])
+def test_matches_pyg(device, options):
+    ref, fast = pair(device, **options)
+    assert str(fast) == str(ref) and list(fast.state_dict()) == list(ref.state_dict())
+    ei = random_graph(40, 300, device)
+    x = torch.randn(40, 16, device=device, requires_grad=True)
+    for _ in range(2):
+        compare(ref, fast, (x, ei), (x,), expect_ops=OPS)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("edge_dim", [1, 4])
+@pytest.mark.parametrize("fill_value", [0.5, "mean"])
+def test_edge_attr(device, edge_dim, fill_value):
+    ref, fast = pair(device, heads=2, edge_dim=edge_dim, fill_value=fill_value)
+    ei = random_graph(30, 200, device)
+    x = torch.randn(30, 16, device=device, requires_grad=True)
+    attr = torch.randn(200, edge_dim, device=device, requires_grad=True)
+    compare(ref, fast, (x, ei, attr.squeeze(-1) if edge_dim == 1 else attr), (x, attr), expect_ops=OPS)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bipartite(device):
+    ref, fast = pair(device, in_channels=(16, 8), heads=2)
+    ei = random_graph(30, 200, device, num_dst=12)
+    x1 = torch.randn(30, 16, device=device, requires_grad=True)
+    x2 = torch.randn(12, 8, device=device, requires_grad=True)
+    compare(ref, fast, ((x1, x2), ei), (x1, x2), expect_ops=OPS)
+    ref, fast = pair(device, in_channels=(16, 8), heads=2, add_self_loops=False)
+    compare(ref, fast, ((x1, None), ei, None, (30, 12)), (x1,), expect_ops={"edge_softmax"})
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_attention_weights_in_pyg_order(device):
+    ref, fast = pair(device, heads=2)
+    ei = random_graph(30, 200, device)
+    x = torch.randn(30, 16, device=device)
+    out, (ei_out, alpha) = fast(x, ei, return_attention_weights=True)
+    ref_out, (ref_ei, ref_alpha) = ref(x, ei, return_attention_weights=True)
+    assert torch.equal(ei_out, ref_ei)
+    torch.testing.assert_close(alpha, ref_alpha, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_graph_and_edge_index(device):
+    ref, fast = pair(device, heads=2)
+    x = torch.randn(0, 16, device=device)
+    empty = torch.empty(2, 0, dtype=torch.long, device=device)
+    assert fast(x, empty).shape == (0, 16)
+    ei = random_graph(30, 200, device)
+    x = torch.randn(30, 16, device=device)
+    torch.testing.assert_close(fast(x, EdgeIndex(ei, sparse_size=(30, 30))), ref(x, ei), rtol=1e-5, atol=1e-5)
+
+
+def test_dropout_only_in_training():
+    ref, fast = pair("cpu", heads=2, dropout=0.5)
+    x, ei = torch.randn(30, 16), random_graph(30, 200)
+    fast.eval()
+    ref.eval()
+    torch.testing.assert_close(fast(x, ei), ref(x, ei), rtol=1e-5, atol=1e-5)
+    fast.train()
+    _, (_, alpha) = fast(x, ei, return_attention_weights=True)
+    assert (alpha == 0).any() and alpha.max() > 1.0  # dropped and rescaled by 1 / (1 - p)

@@ -1,0 +1,32 @@
+import pytest
+import torch
+import torch_geometric.nn as pyg_nn
+from torch_geometric.nn.aggr import Aggregation
+
+from pyg_fast.patch import _ORIGINAL_REDUCE, patch
+from tests.nn._helpers import PygFastOps, random_graph
+
+
+@pytest.mark.parametrize("conv", [lambda: pyg_nn.SAGEConv(16, 8, aggr="max"), lambda: pyg_nn.GraphConv(16, 8),
+                                  lambda: pyg_nn.GATConv(16, 4, heads=2)])
+def test_patch_routes_aggregation_and_undoes(conv):
+    layer = conv()
+    x, ei = torch.randn(30, 16, requires_grad=True), random_graph(30, 200)
+    expected = layer(x, ei)
+    (g_ref,) = torch.autograd.grad(expected.sum(), x)
+    with patch() as handle, PygFastOps() as mode:
+        out = layer(x, ei)
+        (g,) = torch.autograd.grad(out.sum(), x)
+        with pytest.raises(RuntimeError, match="already active"):
+            patch()
+    assert not handle.active and Aggregation.reduce is _ORIGINAL_REDUCE
+    assert mode.ops & {"segment_reduce", "index_segment_reduce"}
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(g, g_ref, rtol=1e-5, atol=1e-5)
+
+
+def test_patched_layer_scripts():
+    with patch():
+        layer = pyg_nn.SAGEConv(16, 8)
+        x, ei = torch.randn(10, 16), random_graph(10, 30)
+        torch.testing.assert_close(torch.jit.script(layer)(x, ei), layer(x, ei), rtol=1e-5, atol=1e-5)

@@ -1,0 +1,91 @@
+import pytest
+import torch
+from torch_geometric.utils import softmax as pyg_softmax
+
+from pyg_fast.ops import edge_softmax
+from pyg_fast.testing import DEVICES, DTYPES, assert_close
+
+
+def random_groups(num_nodes, num_edges, device, sort=True):
+    """Destinations with isolated nodes (only the first 3/4 receive edges) and repeats."""
+    index = torch.randint(0, max(1, 3 * num_nodes // 4), (num_edges,), device=device)
+    return index.sort().values if sort else index
+
+
+def reference(src, index, num_nodes):
+    """PyG's softmax in float64."""
+    return pyg_softmax(src.double(), index, num_nodes=num_nodes)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("heads", [(), (1,), (3,), (8,), (40,), (2, 5)])
+def test_forward_backward_match_pyg(device, dtype, heads):
+    N, E = 50, 400
+    index = random_groups(N, E, device)
+    src = (torch.randn((E,) + heads, device=device, dtype=torch.float64) * 4).to(dtype).requires_grad_()
+    out = edge_softmax(src, index, num_nodes=N)
+    ref_src = src.detach().double().requires_grad_()
+    ref = reference(ref_src, index, N)
+    assert_close(out, ref, dtype)
+    grad = torch.randn_like(ref)
+    out.backward(grad.to(dtype))
+    ref.backward(grad)
+    assert_close(src.grad, ref_src.grad, dtype, scale=4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_ptr_unsorted_index_and_dim(device):
+    N, E, H = 30, 200, 4
+    index = random_groups(N, E, device, sort=False)
+    src = torch.randn(E, H, device=device, dtype=torch.float64)
+    ref = reference(src, index, N)
+    assert_close(edge_softmax(src, index, num_nodes=N), ref, torch.float64)
+    sorted_index, perm = index.sort(stable=True)
+    ptr = torch._convert_indices_from_coo_to_csr(sorted_index, N)
+    assert_close(edge_softmax(src[perm], ptr=ptr), ref[perm], torch.float64)
+    # groups along dim 1 of a [H, E] input
+    assert_close(edge_softmax(src.t().contiguous(), index, num_nodes=N, dim=1), ref.t(), torch.float64)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_large_values_are_stable(device):
+    index = torch.tensor([0, 0, 1, 1, 1], device=device)
+    src = torch.tensor([1000.0, 999.0, -1e4, -1e4 + 1, -1e4 + 2], device=device)
+    out = edge_softmax(src, index, num_nodes=3)
+    assert torch.isfinite(out).all()
+    assert_close(out, reference(src, index, 3), torch.float32)
+
+
+def test_gradcheck_cpu():
+    index = torch.tensor([0, 0, 2, 2, 2, 3])
+    src = torch.randn(6, 2, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda s: edge_softmax(s, index, num_nodes=5), (src,))
+
+
+def test_bad_input():
+    src = torch.randn(4, 2)
+    with pytest.raises(TypeError, match="floating point"):
+        edge_softmax(torch.ones(4, dtype=torch.long), torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="'index' has 3 entries"):
+        edge_softmax(src, torch.zeros(3, dtype=torch.long))
+    with pytest.raises(IndexError, match="'index' holds values"):
+        edge_softmax(src, torch.tensor([0, 1, 2, 5]), num_nodes=3)
+    with pytest.raises(ValueError, match="'ptr' must be non-decreasing"):
+        edge_softmax(src, ptr=torch.tensor([0, 3, 2]))
+    with pytest.raises(ValueError, match="pass 'index' or 'ptr'"):
+        edge_softmax(src)
+
+
+def test_compile_fullgraph():
+    index = torch.tensor([0, 0, 1, 3, 3, 3])
+    ptr = torch._convert_indices_from_coo_to_csr(index, 4)
+    src = torch.randn(6, 3, requires_grad=True)
+
+    def fn(s):
+        return torch.ops.pyg_fast.edge_softmax(s, ptr).sum(0)
+
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+    out = compiled(src)
+    assert_close(out, fn(src), torch.float32)
+    out.sum().backward()

@@ -1,0 +1,55 @@
+"""Smoke test of the benchmark harness: every suite runs in quick mode on the CPU and
+gives well-formed records in which every method that ran gave the right answer."""
+import json
+
+import pytest
+import torch
+
+from benchmarks.common import Recorder, check, time_ms
+from benchmarks.run import available_suites, run_suites
+
+# The case keys issue 2's acceptance reads.
+CASE_KEYS = {"segment_reduce": {"graph", "F", "reduce", "dtype"}, "spmm": {"graph", "F", "dtype"}}
+ENV_KEYS = {"gpu", "torch", "cuda", "torch_geometric", "commit", "csrc_tree", "copy_gbps"}
+
+
+@pytest.fixture(scope="module")
+def recorder():
+    return Recorder("cpu", verbose=False)
+
+
+@pytest.mark.parametrize("suite", available_suites())
+def test_suite_quick(recorder, suite, tmp_path):
+    before = len(recorder.records)
+    run_suites(recorder, torch.device("cpu"), [suite], quick=True)
+    assert [f for f in recorder.failures if f["suite"] == suite] == []
+    records = recorder.records[before:]  # a module may record several suites (e2e_train, e2e_infer)
+    assert records and any(r["method"] == "pyg_fast" for r in records)
+    for r in records:
+        assert {"suite", "case", "method", "ms"} <= r.keys() and isinstance(r["case"], dict)
+        assert CASE_KEYS.get(suite, r["case"].keys()) == r["case"].keys(), r
+        assert not r.get("error", "").startswith("wrong"), r
+        if r["method"] == "pyg_fast":
+            assert r["ms"] is not None and r["ms"] > 0, r
+    recorder.write(tmp_path / "results.json", tmp_path / "summary.md")
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert ENV_KEYS <= written["env"].keys() and len(written["records"]) == len(recorder.records)
+    summary = (tmp_path / "summary.md").read_text()
+    assert all(f"## {name}" in summary for name in {r["suite"] for r in records})
+
+
+def test_failing_suite_is_reported_and_others_run(tmp_path):
+    rec = Recorder("cpu", env={}, verbose=False)
+    run_suites(rec, torch.device("cpu"), ["no_such_suite"], quick=True)
+    assert len(rec.failures) == 1 and "no_such_suite" in rec.failures[0]["error"]
+    rec.write(tmp_path / "r.json", tmp_path / "s.md")
+    assert "suite failed" in (tmp_path / "s.md").read_text()
+
+
+def test_check_and_timing():
+    ref = torch.randn(10, 3)
+    assert check(ref + 1e-7, ref, 1e-5)
+    assert not check(ref * 1.1, ref, 1e-5)
+    assert not check(torch.full_like(ref, float("nan")), ref, 1e-5)
+    assert not check(ref[:5], ref, 1e-5)
+    assert time_ms(lambda: ref.sum(), warmup=0, rep=0) > 0
