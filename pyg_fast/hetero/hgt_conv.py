@@ -10,11 +10,11 @@ import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch_geometric.typing import Adj, EdgeType, NodeType
-from torch_geometric.utils import softmax
 
 from pyg_fast.hetero.linear import HeteroDictLinear, HeteroLinear, autocast_operands
 from pyg_fast.hetero.rgcn_conv import needs_message_passing
 from pyg_fast.hetero.tensor_slice import host_ptr, index_on
+from pyg_fast.ops.edge_softmax import edge_softmax
 from pyg_fast.ops.index_segment_reduce import index_weight_segment_reduce
 from pyg_fast.ops.sddmm import sddmm
 from pyg_fast.ops.segment_matmul import segment_matmul
@@ -54,7 +54,7 @@ class HGTConv(pyg_nn.HGTConv):
         p_rel = torch.cat([self.p_rel["__".join(et)].expand(edge_index_dict[et].size(1), -1) for et in src_offset])
         # alpha_e = softmax_dst((q_dst . k_src) * p_rel / sqrt(D)); out_i = sum_e alpha_e v_src
         alpha = sddmm(q, k, dst, src, "dot") * p_rel / math.sqrt(D)
-        alpha = softmax(alpha, dst, num_nodes=q.size(0))
+        alpha = edge_softmax(alpha, dst, num_nodes=q.size(0))
         out = index_weight_segment_reduce(v, src, dst, alpha, q.size(0), "sum").view(-1, self.out_channels)
 
         out_dict: Dict[NodeType, Tensor] = {}

@@ -10,6 +10,7 @@ from torch_geometric.utils import scatter, softmax
 
 from pyg_fast.hetero.rgcn_conv import block_diagonal
 from pyg_fast.hetero.tensor_slice import TensorSlice, slice_for
+from pyg_fast.ops.edge_softmax import edge_softmax
 
 
 class RGATConv(pyg_nn.RGATConv):
@@ -71,7 +72,7 @@ class RGATConv(pyg_nn.RGATConv):
                 across_out[mask] = softmax(alpha[mask], index[mask])
             alpha = across_out
         elif self.attention_mechanism == "across-relation":
-            alpha = softmax(alpha, index, ptr, size_i)
+            alpha = edge_softmax(alpha, index, ptr, size_i)
         self._alpha = alpha
 
         if self.mod in ("scaled", "f-scaled"):
