@@ -41,7 +41,7 @@ class HGTConv(pyg_nn.HGTConv):
     def forward(self, x_dict: Dict[NodeType, Tensor],
                 edge_index_dict: Dict[EdgeType, Adj]) -> Dict[NodeType, Optional[Tensor]]:
         if (torch.jit.is_scripting() or needs_message_passing(self)
-                or not all(isinstance(e, Tensor) and not e.is_sparse for e in edge_index_dict.values())):
+                or not all(isinstance(e, Tensor) and e.layout == torch.strided for e in edge_index_dict.values())):
             return super().forward(x_dict, edge_index_dict)
         H, D = self.heads, self.out_channels // self.heads
         k_dict, q_dict, v_dict = {}, {}, {}

@@ -97,7 +97,7 @@ def rgcn_forward(conv: pyg_nn.RGCNConv, x: Union[Optional[Tensor], Tuple[Optiona
     if not isinstance(x, tuple):
         x_r = x_l
     if (torch.jit.is_scripting() or x_r is None or x_l.is_floating_point() != x_r.is_floating_point()
-            or not isinstance(edge_index, Tensor) or edge_index.is_sparse or edge_type is None
+            or not isinstance(edge_index, Tensor) or edge_index.layout != torch.strided or edge_type is None
             or conv.aggr not in ("mean", "add", "sum") or needs_message_passing(conv)
             or (conv.num_blocks is not None and not x_l.is_floating_point())):
         return None

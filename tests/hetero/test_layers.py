@@ -5,6 +5,7 @@ import pytest
 import torch
 import torch_geometric.nn as pyg_nn
 from torch_geometric.datasets import FakeHeteroDataset
+from torch_geometric.utils import to_torch_csc_tensor
 
 import pyg_fast.hetero as fast
 from pyg_fast.hetero.rgcn_conv import relation_slice
@@ -146,6 +147,9 @@ def test_hgt_follows_edge_changes_and_hooks():
     first = next(iter(edges.values()))
     first[0] = first[0].flip(0)  # in place: the cache must not be reused
     assert_same_forward_backward(ref, mine, lambda conv: conv(x_dict, edges))
+    sparse = {et: to_torch_csc_tensor(ei, size=(data[et[0]].num_nodes, data[et[2]].num_nodes)).t()
+              for et, ei in edges.items()}  # torch.sparse inputs run PyG's path
+    assert_same_forward_backward(ref, mine, lambda conv: conv(x_dict, sparse))
     seen = []
     mine.register_message_forward_pre_hook(lambda module, inputs: seen.append(inputs[0]["k_j"].shape))
     assert_same_forward_backward(ref, mine, lambda conv: conv(x_dict, edges))
