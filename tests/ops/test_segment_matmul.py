@@ -241,3 +241,11 @@ def test_tune_key_ignores_small_changes_and_autotuner_caches(tmp_path):
     fresh = config.Tuner()
     fresh.load(path)
     assert fresh.cached(key) == best
+
+
+def test_cuda_implementation_without_triton_raises_a_clear_error(monkeypatch):
+    import sys
+    from pyg_fast.ops import segment_matmul as op_module
+    monkeypatch.setitem(sys.modules, "pyg_fast.triton.segment_matmul", None)  # makes the import fail
+    with pytest.raises(RuntimeError, match="runs Triton kernels, but Triton could not be imported"):
+        op_module._triton_kernels()
