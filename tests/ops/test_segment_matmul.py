@@ -245,7 +245,9 @@ def test_tune_key_ignores_small_changes_and_autotuner_caches(tmp_path):
 
 def test_cuda_implementation_without_triton_raises_a_clear_error(monkeypatch):
     import sys
-    from pyg_fast.ops import segment_matmul as op_module
+    import pyg_fast.triton
+    op_module = sys.modules["pyg_fast.ops.segment_matmul"]
     monkeypatch.setitem(sys.modules, "pyg_fast.triton.segment_matmul", None)  # makes the import fail
+    monkeypatch.delattr(pyg_fast.triton, "segment_matmul", raising=False)
     with pytest.raises(RuntimeError, match="runs Triton kernels, but Triton could not be imported"):
         op_module._triton_kernels()
