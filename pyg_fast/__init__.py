@@ -14,7 +14,9 @@ from pyg_fast.ops import (  # noqa: E402
     edge_softmax,
     index_segment_reduce,
     index_weight_segment_reduce,
+    gather_segment_matmul,
     sddmm,
+    segment_matmul,
     segment_reduce,
 )
 
@@ -49,4 +51,5 @@ def show_config() -> str:
 
 
 __all__ = ["patch", "edge_softmax", "segment_reduce", "index_segment_reduce", "index_weight_segment_reduce", "sddmm",
+           "segment_matmul", "gather_segment_matmul",
            "show_config", "cuda_arch_list"]

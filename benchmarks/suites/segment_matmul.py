@@ -1,0 +1,114 @@
+"""Segmented matmul on the eight real per-type size distributions (hetero_types), forward and
+forward+backward: pyg_fast against the loop of matmuls PyG runs without pyg-lib and against
+``torch._grouped_mm``.
+
+Suites "segment_matmul_fwd" and "segment_matmul_fwdbwd"; case keys dataset, K, N, dtype;
+extra fields tflops and pct_roofline = max(FLOPs / matmul peak, bytes / copy bandwidth) over
+the measured time, with the device ceilings of pyg_fast.triton.segment_matmul_config.HARDWARE.
+"""
+import csv
+import glob
+import os
+from typing import Dict, List
+
+import torch
+
+from benchmarks.common import time_ms
+from pyg_fast.ops.segment_matmul import segment_matmul
+from pyg_fast.testing import rel_err
+from pyg_fast.triton.segment_matmul_config import HARDWARE
+
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "hetero_types")
+DIMS = (32, 64, 128)
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # fp32 runs with TF32 allowed
+CHECK_TOL = {"fp32": 5e-3, "bf16": 2e-2}
+
+
+def segment_sizes() -> Dict[str, List[int]]:
+    """dataset -> segment sizes, from the hetero_types tables."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(DATA, "*.csv"))):
+        with open(path) as f:
+            out[os.path.splitext(os.path.basename(path))[0]] = [int(r["End"]) - int(r["Start"]) for r in csv.DictReader(f)]
+    return out
+
+
+def ceilings(device: str) -> dict:
+    name = torch.cuda.get_device_name() if device == "cuda" else ""
+    return next((v for k, v in HARDWARE.items() if k in name), HARDWARE["default"])
+
+
+def loop_matmul(x, bounds, w):
+    """PyG's HeteroLinear.forward_naive: one GEMM per type."""
+    out = x.new_empty(x.size(0), w.size(2))
+    for t in range(w.size(0)):
+        if bounds[t + 1] > bounds[t]:
+            out[bounds[t]:bounds[t + 1]] = x[bounds[t]:bounds[t + 1]] @ w[t]
+    return out
+
+
+def methods(ptr_cpu, device):
+    bounds = ptr_cpu.tolist()
+    offs = ptr_cpu[1:].to(torch.int32).to(device)
+    return {
+        "pyg_fast": lambda x, w: segment_matmul(x, ptr_cpu, w),
+        "torch_loop": lambda x, w: loop_matmul(x, bounds, w),
+        "torch_grouped_mm": lambda x, w: torch._grouped_mm(x, w, offs=offs),
+    }
+
+
+def run(rec, device, quick):
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True  # "fp32" cases run on TF32 tensor cores
+    try:
+        run_cases(rec, device, quick)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+def run_cases(rec, device, quick):
+    peak = ceilings(device)
+    sizes = segment_sizes()
+    if quick:  # tiny: two distributions scaled down, one size, CPU-friendly
+        sizes = {k: [max(0, s // 200) for s in v] for k, v in sizes.items() if k in ("AIFB", "DBLP")}
+    dims = (32, ) if quick else DIMS
+    gen = torch.Generator(device).manual_seed(0)  # inputs drawn on the device: fast for AM's 3.3 M rows
+    for dataset, segs in sizes.items():
+        ptr_cpu = torch.tensor([0] + segs).cumsum(0)
+        M, T = int(ptr_cpu[-1]), len(segs)
+        for dim in dims:
+            K = N = dim
+            for dname, dtype in DTYPES.items():
+                x = torch.randn(M, K, generator=gen, device=device).to(dtype)
+                w = (torch.randn(T, K, N, generator=gen, device=device) / K ** 0.5).to(dtype)
+                grad = torch.randn(M, N, generator=gen, device=device).to(dtype)
+                x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+                ref = segment_matmul(x64, ptr_cpu, w64)
+                ref_grads = torch.autograd.grad(ref, (x64, w64), grad.double())
+                case = {"dataset": dataset, "K": K, "N": N, "dtype": dname}
+                flops = 2.0 * M * K * N
+                nbytes = x.element_size() * (M * K + M * N + T * K * N)
+                rate = peak["tflops_16"] if dtype == torch.bfloat16 else peak["tflops_tf32"]
+                xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+                for name, fn in methods(ptr_cpu, device).items():
+                    def step():
+                        return torch.autograd.grad(fn(xg, wg), (xg, wg), grad)
+                    for suite, work, run_once, want in (("segment_matmul_fwd", 1, lambda: (fn(x, w), ), (ref, )),
+                                                        ("segment_matmul_fwdbwd", 3, step, ref_grads)):
+                        try:
+                            got = run_once()
+                        except (RuntimeError, NotImplementedError) as e:  # e.g. a dtype _grouped_mm lacks
+                            print(f"[segment_matmul] skip {suite} {name} {case}: {str(e).splitlines()[0]}")
+                            continue
+                        for a, b in zip(got, want):
+                            err = rel_err(a, b)
+                            if err > CHECK_TOL[dname]:
+                                raise AssertionError(f"{suite} {name} {case}: relative error {err:.3g}")
+                        record(rec, suite, case, name, time_ms(run_once), work * flops, work * nbytes, rate, peak)
+                del x, w, grad, x64, w64, ref, ref_grads, xg, wg
+
+
+def record(rec, suite, case, method, ms, flops, nbytes, rate, peak):
+    seconds = ms * 1e-3
+    roofline = max(flops / (rate * 1e12), nbytes / (peak["gbps"] * 1e9))
+    rec.add(suite, case, method, ms, tflops=flops / seconds / 1e12, pct_roofline=100.0 * roofline / seconds)

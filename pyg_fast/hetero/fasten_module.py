@@ -1,0 +1,76 @@
+"""FastenModule: runs an existing PyG heterogeneous module on pyg_fast's segmented matmul."""
+import copy
+
+import torch
+import torch_geometric.nn as pyg_nn
+
+from pyg_fast.hetero.hgt_conv import HGTConv, convert_submodules
+from pyg_fast.hetero.linear import HeteroDictLinear, HeteroLinear
+from pyg_fast.hetero.rgat_conv import RGATConv
+from pyg_fast.hetero.rgcn_conv import FastRGCNConv, RGCNConv
+
+# PyG class -> pyg_fast class with the same state and results
+FAST_CLASSES = {
+    pyg_nn.RGCNConv: RGCNConv,
+    pyg_nn.FastRGCNConv: FastRGCNConv,
+    pyg_nn.RGATConv: RGATConv,
+    pyg_nn.HGTConv: HGTConv,
+    pyg_nn.HeteroLinear: HeteroLinear,
+    pyg_nn.HeteroDictLinear: HeteroDictLinear,
+}
+
+
+def fast_copy(module: torch.nn.Module) -> torch.nn.Module:
+    """A shallow copy of ``module`` as its pyg_fast class, sharing its parameters and buffers;
+    ``module`` itself is left unchanged."""
+    cls = type(module)
+    if cls in FAST_CLASSES.values():
+        return module
+    if cls not in FAST_CLASSES:
+        supported = ", ".join(c.__name__ for c in FAST_CLASSES)
+        raise TypeError(f"pyg_fast: FastenModule supports {supported}; got {cls.__name__}")
+    fast = copy.copy(module)
+    fast.__class__ = FAST_CLASSES[cls]
+    fast._modules = {name: copy.copy(sub) for name, sub in module._modules.items()}
+    if isinstance(fast, HGTConv):
+        convert_submodules(fast)
+    return fast
+
+
+class FastenModule(torch.nn.Module):
+    r"""Wraps a PyG ``RGCNConv``, ``FastRGCNConv``, ``RGATConv``, ``HGTConv``, ``HeteroLinear``
+    or ``HeteroDictLinear`` so that it runs on pyg_fast's kernels with the same results.
+
+    The forward signature is the wrapped module's, plus an optional ``tensor_slice=`` keyword
+    (a :class:`TensorSlice` of the types, or a :class:`RelationSlice` for RGCN). Without it the
+    slice is built on first use and cached while the ``edge_type`` / ``type_vec`` tensor is
+    alive and unchanged. Parameters are shared with the wrapped module, and ``state_dict`` keys
+    are the wrapped module's own (no ``module.`` prefix), so checkpoints are interchangeable.
+    """
+
+    def __init__(self, module: torch.nn.Module):
+        super().__init__()
+        self.module = fast_copy(module)
+        self._register_state_dict_hook(_drop_prefix)
+        self._register_load_state_dict_pre_hook(_add_prefix, with_module=False)
+
+    def reset_parameters(self):
+        self.module.reset_parameters()
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"FastenModule({self.module!r})"
+
+
+def _drop_prefix(module, state_dict, prefix, local_metadata):
+    inner = prefix + "module."
+    for key in [k for k in state_dict if k.startswith(inner)]:
+        state_dict[prefix + key[len(inner):]] = state_dict.pop(key)
+    return state_dict
+
+
+def _add_prefix(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+    for key in [k for k in state_dict if k.startswith(prefix) and not k.startswith(prefix + "module.")]:
+        state_dict[prefix + "module." + key[len(prefix):]] = state_dict.pop(key)

@@ -1,0 +1,182 @@
+"""Segmented matrix multiplication for heterogeneous GNNs (torch.ops.pyg_fast.segment_matmul).
+
+CPU: C++ kernel (csrc/cpu/segment_matmul.cpp). CUDA: Triton kernels (pyg_fast/triton/
+segment_matmul.py), registered here as the op's CUDA implementation.
+"""
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from pyg_fast.ops import _layout
+from pyg_fast.ops._checks import check_float, check_index_tensor
+
+
+def segment_matmul(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Tensor] = None, *,
+                   deterministic: Optional[bool] = None) -> Tensor:
+    r"""Multiplies each segment of rows by the weight matrix of its type (pyg-lib's signature).
+
+    .. math::
+        \mathrm{out}_{\mathrm{ptr}_t:\mathrm{ptr}_{t+1}} =
+        \mathrm{inputs}_{\mathrm{ptr}_t:\mathrm{ptr}_{t+1}} \, \mathrm{other}_t + \mathrm{bias}_t
+
+    ``inputs`` is ``[M, K]`` with its rows grouped by type, ``ptr`` ``[T + 1]`` runs from 0 to
+    ``M`` (it may be a CPU tensor for CUDA inputs, as pyg-lib recommends: no host sync),
+    ``other`` is ``[T, K, N]`` and ``bias`` ``[T, N]``. Gradients flow to ``inputs``, ``other``
+    and ``bias``. The weight gradient on CUDA is bitwise reproducible when ``deterministic`` is
+    True, or when it is None and ``torch.are_deterministic_algorithms_enabled()``.
+    """
+    check_float(inputs, "inputs")
+    check_float(other, "other")
+    if inputs.dim() != 2 or other.dim() != 3 or inputs.size(1) != other.size(1):
+        raise ValueError(f"pyg_fast: segment_matmul expects 'inputs' [M, K] and 'other' [T, K, N], got "
+                         f"{tuple(inputs.shape)} and {tuple(other.shape)}")
+    if other.dtype != inputs.dtype:
+        raise TypeError(f"pyg_fast: 'other' is {other.dtype} but 'inputs' is {inputs.dtype}")
+    if other.device != inputs.device:
+        raise ValueError(f"pyg_fast: 'other' is on {other.device} but 'inputs' is on {inputs.device}")
+    if bias is not None:
+        check_float(bias, "bias")
+        if bias.shape != (other.size(0), other.size(2)) or bias.dtype != inputs.dtype or bias.device != inputs.device:
+            raise ValueError(f"pyg_fast: 'bias' must be [T, N] = [{other.size(0)}, {other.size(2)}] of "
+                             f"{inputs.dtype} on {inputs.device}, got {tuple(bias.shape)} {bias.dtype} on {bias.device}")
+        bias = bias.contiguous()
+    check_index_tensor(ptr, "ptr", other.size(0) + 1, ptr.device)
+    if ptr.device.type != "cpu" and ptr.device != inputs.device:
+        raise ValueError(f"pyg_fast: 'ptr' must be on the CPU or on {inputs.device}, got {ptr.device}")
+    ptr = _layout.ptr_layout(ptr, inputs.size(0), covers_all=True).ptr
+    return torch.ops.pyg_fast.segment_matmul(inputs.contiguous(), ptr, other.contiguous(), bias, deterministic)
+
+
+def gather_segment_matmul(inputs: Tensor, types: Tensor, other: Tensor, bias: Optional[Tensor] = None, *,
+                          deterministic: Optional[bool] = None) -> Tensor:
+    r"""Multiplies every row by the weight of its type, for rows in any order.
+
+    .. math::
+        \mathrm{out}_i = \mathrm{inputs}_i \, \mathrm{other}_{\mathrm{types}_i} + \mathrm{bias}_{\mathrm{types}_i}
+
+    ``types`` ``[M]`` holds values in ``[0, T)``; it may be on the CPU. Rows are sorted by type
+    (the permutation and pointer are computed once per ``types`` tensor and cached), multiplied
+    with :func:`segment_matmul` and put back in their original order.
+    """
+    check_float(inputs, "inputs")
+    if other.dim() != 3:
+        raise ValueError(f"pyg_fast: 'other' must be [T, K, N], got {tuple(other.shape)}")
+    check_index_tensor(types, "types", inputs.size(0), types.device)
+    if types.device.type != "cpu" and types.device != inputs.device:
+        raise ValueError(f"pyg_fast: 'types' must be on the CPU or on {inputs.device}, got {types.device}")
+    ptr, perm, inverse = type_layout(types, other.size(0), inputs.device)
+    if perm is None:
+        return segment_matmul(inputs, ptr, other, bias, deterministic=deterministic)
+    out = segment_matmul(inputs.index_select(0, perm), ptr, other, bias, deterministic=deterministic)
+    return out.index_select(0, inverse)
+
+
+def type_layout(types: Tensor, num_types: int, device: torch.device) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+    """(ptr on ``types``' device, perm and inverse perm on ``device`` or None if already sorted),
+    cached on ``types``."""
+    types = _layout.as_long(types)
+
+    def compute():
+        layout = _layout.coo_layout(types, num_types)
+        if layout.perm is None:
+            return layout.ptr, None, None
+        perm = layout.perm.to(device)
+        inverse = torch.empty_like(perm)
+        inverse[perm] = torch.arange(perm.numel(), device=device)
+        return layout.ptr, perm, inverse
+
+    return _layout.cached(types, ("type_layout", num_types, str(device)), compute)
+
+
+@torch.library.register_fake("pyg_fast::segment_matmul")
+def _(inputs, ptr, other, bias=None, deterministic=None):
+    return inputs.new_empty(inputs.size(0), other.size(2))
+
+
+@torch.library.register_fake("pyg_fast::segment_matmul_weight_grad")
+def _(inputs, ptr, grad_out, deterministic):
+    return inputs.new_empty(ptr.size(0) - 1, inputs.size(1), grad_out.size(1))
+
+
+def _use_deterministic(flag: Optional[bool]) -> bool:
+    return torch.are_deterministic_algorithms_enabled() if flag is None else flag
+
+
+def _setup_context(ctx, inputs, output):
+    x, ptr, other, bias, deterministic = inputs
+    ctx.save_for_backward(x, ptr, other)
+    ctx.deterministic = deterministic
+
+
+def _backward(ctx, grad: Tensor):
+    x, ptr, other = ctx.saved_tensors
+    grad = grad.contiguous()
+    deterministic = _use_deterministic(ctx.deterministic)
+    grad_x = grad_other = grad_bias = None
+    needs = ctx.needs_input_grad  # trailing defaulted arguments are left out
+    if needs[0]:
+        grad_x = torch.ops.pyg_fast.segment_matmul(grad, ptr, other.transpose(1, 2).contiguous(), None, deterministic)
+    if needs[2]:
+        grad_other = torch.ops.pyg_fast.segment_matmul_weight_grad(x, ptr, grad, deterministic)
+    if len(needs) > 3 and needs[3]:
+        from pyg_fast.ops.segment_reduce import segment_reduce
+        grad_bias = segment_reduce(grad, ptr=_ptr_on(ptr, grad.device), reduce="sum")
+    return (grad_x, None, grad_other, grad_bias, None)[:len(needs)]
+
+
+def _ptr_on(ptr: Tensor, device: torch.device) -> Tensor:
+    if ptr.device == device:
+        return ptr
+    return _layout.cached(ptr, ("on", str(device)), lambda: ptr.to(device))
+
+
+torch.library.register_autograd("pyg_fast::segment_matmul", _backward, setup_context=_setup_context)
+
+
+# CUDA implementation (Triton) -------------------------------------------------------------------
+def _triton_kernels():
+    try:
+        from pyg_fast.triton import segment_matmul as kernels
+    except ImportError as e:
+        raise RuntimeError("pyg_fast: segment_matmul on CUDA runs Triton kernels, but Triton could not be "
+                           f"imported ({e}). Install it with `pip install triton`.") from e
+    return kernels
+
+
+def _cuda_segment_matmul(inputs, ptr, other, bias=None, deterministic=None):
+    if inputs.dtype == torch.float64:  # no fp64 tensor cores: cuBLAS per segment
+        return _segment_loop(inputs, ptr, other, bias)
+    return _triton_kernels().forward(inputs, ptr, other, bias)
+
+
+def _cuda_weight_grad(inputs, ptr, grad_out, deterministic):
+    if inputs.dtype == torch.float64:
+        return _segment_loop(inputs, ptr, grad_out, None, weight_grad=True)
+    return _triton_kernels().weight_grad(inputs, ptr, grad_out, deterministic)
+
+
+def _segment_loop(x: Tensor, ptr: Tensor, w: Tensor, bias: Optional[Tensor], weight_grad: bool = False) -> Tensor:
+    """One cuBLAS GEMM per segment (float64 on CUDA)."""
+    bounds = _layout.cached(ptr, ("segmm_bounds",), lambda: ptr.tolist())
+    T = len(bounds) - 1
+    if weight_grad:
+        out = x.new_zeros(T, x.size(1), w.size(1))
+    else:
+        out = x.new_empty(x.size(0), w.size(2))
+    for t in range(T):
+        lo, hi = bounds[t], bounds[t + 1]
+        if hi == lo:
+            continue
+        if weight_grad:
+            torch.mm(x[lo:hi].t(), w[lo:hi], out=out[t])
+        elif bias is not None:
+            torch.addmm(bias[t], x[lo:hi], w[t], out=out[lo:hi])
+        else:
+            torch.mm(x[lo:hi], w[t], out=out[lo:hi])
+    return out
+
+
+_LIB = torch.library.Library("pyg_fast", "IMPL")
+_LIB.impl("segment_matmul", _cuda_segment_matmul, "CUDA")
+_LIB.impl("segment_matmul_weight_grad", _cuda_weight_grad, "CUDA")

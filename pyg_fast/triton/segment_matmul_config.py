@@ -1,0 +1,246 @@
+"""Launch configuration of the Triton segmented matmul: routing tables, a performance model
+that picks a configuration at no cost, and an optional autotuner with a persistent cache.
+
+Importing this module does not import Triton.
+
+Routing (FASTEN's tiling): each segment is split into *items* of at most ``rows_per_prog`` rows
+(large segments are split), and consecutive items are packed into *programs* of about
+``rows_per_prog`` padded rows each (many small segments share one program). A program loops
+over its items in ``block_m`` row tiles.
+
+Performance model (FASTEN's waves x per-wave time): a launch runs in
+``ceil(programs * n_tiles / (SMs * programs per SM))`` waves, and each wave takes as long as
+one program: the larger of its tensor-core time and its memory time, plus a fixed cost per
+program and per item. Rows padded up to ``block_m`` count as work, which is what makes small
+``block_m`` win for tiny segments (the utilisation factor).
+"""
+import json
+import math
+import os
+import threading
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+# Device ceilings (per GPU) used by the model and by the benchmarks' roofline. Keys are
+# substrings of the device name. H100: measured on the project's H100 80GB HBM3 (matmul bf16,
+# TF32 and fp32 TFLOP/s; device-to-device copy GB/s, read + write); others: vendor figures.
+HARDWARE = {
+    "H100": {"tflops_16": 687.0, "tflops_tf32": 375.0, "tflops_fp32": 52.0, "gbps": 3020.0},
+    "H200": {"tflops_16": 700.0, "tflops_tf32": 350.0, "tflops_fp32": 51.0, "gbps": 4300.0},
+    "A100": {"tflops_16": 280.0, "tflops_tf32": 140.0, "tflops_fp32": 19.5, "gbps": 1700.0},
+    "default": {"tflops_16": 100.0, "tflops_tf32": 50.0, "tflops_fp32": 15.0, "gbps": 800.0},
+}
+PROGRAM_OVERHEAD_US = 1.0  # launch of a program, prologue and epilogue
+ITEM_OVERHEAD_US = 0.15  # switching to another segment's weight inside a program
+BLOCK_MS = (16, 32, 64, 128)
+ROWS_PER_PROG_FACTORS = (1, 2, 4, 8, 16)
+MAX_ROWS_PER_PROG = 2048
+
+
+class SegmmConfig(NamedTuple):
+    """Tile sizes of one launch (``block_*`` are powers of two, at least 16 for tl.dot)."""
+    block_m: int
+    block_n: int
+    block_k: int
+    rows_per_prog: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+class SizeStats(NamedTuple):
+    """The features of a segment-size distribution that configs and tuning keys depend on."""
+    rows: int
+    mean: float  # over non-empty segments
+    cv: float  # coefficient of variation over non-empty segments
+
+
+def size_stats(counts: Tensor) -> SizeStats:
+    """Statistics of the segment sizes ``counts`` (a CPU int64 tensor)."""
+    nonempty = counts[counts > 0].double()
+    if nonempty.numel() == 0:
+        return SizeStats(0, 0.0, 0.0)
+    mean = nonempty.mean().item()
+    std = nonempty.std(unbiased=False).item() if nonempty.numel() > 1 else 0.0
+    return SizeStats(int(counts.sum()), mean, std / mean)
+
+
+def _pow2_clamp(n: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, 1 << max(0, (n - 1).bit_length())))
+
+
+def hardware(device: torch.device) -> Tuple[dict, int]:
+    """(ceilings, number of SMs) of a CUDA device; defaults elsewhere (interpreter)."""
+    if device.type != "cuda":
+        return HARDWARE["default"], 132
+    props = torch.cuda.get_device_properties(device)
+    for key, value in HARDWARE.items():
+        if key in props.name:
+            return value, props.multi_processor_count
+    return HARDWARE["default"], props.multi_processor_count
+
+
+def _peak_tflops(ceil: dict, dtype: torch.dtype) -> float:
+    if dtype in (torch.float16, torch.bfloat16):
+        return ceil["tflops_16"]
+    if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
+        return ceil["tflops_tf32"]
+    return ceil["tflops_fp32"]
+
+
+def candidates(K: int, N: int) -> List[SegmmConfig]:
+    """All configurations the model and the autotuner consider for these sizes."""
+    block_n = _pow2_clamp(N, 16, 128)
+    block_k = _pow2_clamp(K, 16, 64)
+    out = []
+    for block_m in BLOCK_MS:
+        for factor in ROWS_PER_PROG_FACTORS:
+            rows = block_m * factor
+            if rows > MAX_ROWS_PER_PROG:
+                continue
+            warps = 8 if block_m * block_n >= 128 * 128 else 4
+            out.append(SegmmConfig(block_m, block_n, block_k, rows, warps, 3 if K > block_k else 2))
+    return out
+
+
+def model_time_us(cfg: SegmmConfig, counts: Tensor, K: int, N: int, dtype: torch.dtype, ceil: dict,
+                  num_sms: int) -> float:
+    """Modelled run time of the forward kernel (or, with K and N swapped, of the input gradient)."""
+    elt = torch.tensor([], dtype=dtype).element_size()
+    n = counts[counts > 0].double()
+    if n.numel() == 0:
+        return 0.0
+    items = torch.ceil(n / cfg.rows_per_prog)
+    padded = (torch.ceil(n / cfg.block_m) * cfg.block_m).sum().item()
+    programs = max(1.0, math.ceil(padded / cfg.rows_per_prog))
+    n_tiles = math.ceil(N / cfg.block_n)
+    per_sm = max(1, 4 * 128 * 128 // (cfg.block_m * cfg.block_n * cfg.num_warps // 4))
+    per_sm = min(per_sm, 8)
+    waves = math.ceil(programs * n_tiles / (num_sms * per_sm))
+    rows = padded / programs
+    items_per_prog = items.sum().item() / programs
+    flops = 2.0 * rows * K * cfg.block_n
+    nbytes = elt * (rows * K + rows * cfg.block_n + items_per_prog * K * cfg.block_n)
+    sm_rate_flops = _peak_tflops(ceil, dtype) * 1e6 / (num_sms * per_sm)  # flops per us per program
+    sm_rate_bytes = ceil["gbps"] * 1e3 / (num_sms * per_sm)  # bytes per us per program
+    wave_us = max(flops / sm_rate_flops, nbytes / sm_rate_bytes) + PROGRAM_OVERHEAD_US \
+        + ITEM_OVERHEAD_US * items_per_prog
+    return waves * wave_us
+
+
+def model_config(counts: Tensor, K: int, N: int, dtype: torch.dtype, device: torch.device) -> SegmmConfig:
+    """The configuration with the lowest modelled time (no measurement)."""
+    ceil, num_sms = hardware(device)
+    return min(candidates(K, N), key=lambda c: model_time_us(c, counts, K, N, dtype, ceil, num_sms))
+
+
+def wgrad_rows_per_item(stats: SizeStats, num_sms: int, block_m: int) -> int:
+    """Rows per weight-gradient item: enough items for about four waves, at least four row tiles."""
+    target = max(1, 4 * num_sms)
+    rows = math.ceil(stats.rows / target) if stats.rows else block_m
+    return max(4 * block_m, math.ceil(rows / block_m) * block_m)
+
+
+# ---------------------------------------------------------------------------------------------
+# Routing tables
+class Routing(NamedTuple):
+    """``items`` [I, 3] int32 rows (type, row start, row end); ``prog_ptr`` [P + 1] int32 points
+    into ``items`` per program; ``type_items`` [T + 1] int32 points into ``items`` per type."""
+    items: Tensor
+    prog_ptr: Tensor
+    type_items: Tensor
+
+
+def build_routing(ptr_cpu: Tensor, rows_per_item: int, block_m: int, pack: bool) -> Routing:
+    """Splits every segment into items of at most ``rows_per_item`` rows; ``pack`` groups
+    consecutive items into programs of about ``rows_per_item`` padded rows (else one item each).
+    Vectorised: no Python loop over segments or items."""
+    counts = ptr_cpu.diff()
+    T = counts.numel()
+    chunks = torch.div(counts + rows_per_item - 1, rows_per_item, rounding_mode="floor")
+    item_type = torch.repeat_interleave(torch.arange(T), chunks)
+    first_item = torch.cumsum(chunks, 0) - chunks
+    within = torch.arange(item_type.numel()) - first_item[item_type]
+    start = ptr_cpu[:-1][item_type] + within * rows_per_item
+    end = torch.minimum(start + rows_per_item, ptr_cpu[1:][item_type])
+    items = torch.stack([item_type, start, end], 1).to(torch.int32)
+    type_items = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(chunks, 0)]).to(torch.int32)
+    if pack and items.size(0) > 0:
+        cost = torch.div(end - start + block_m - 1, block_m, rounding_mode="floor") * block_m
+        prog = torch.div(torch.cumsum(cost, 0) - cost, rows_per_item, rounding_mode="floor")
+        prog_ptr = torch.searchsorted(prog, torch.arange(int(prog[-1]) + 2))
+    else:
+        prog_ptr = torch.arange(items.size(0) + 1)
+    return Routing(items.contiguous(), prog_ptr.to(torch.int32), type_items)
+
+
+# ---------------------------------------------------------------------------------------------
+# Autotuning
+def tune_key(op: str, K: int, N: int, dtype: torch.dtype, stats: SizeStats) -> str:
+    """Cache key that stays the same under small changes of the segment sizes: the mean size is
+    binned by half-octaves and the spread by quarter steps of its coefficient of variation."""
+    mean_bin = round(2 * math.log2(stats.mean + 1))
+    cv_bin = round(4 * min(stats.cv, 8.0))
+    tf32 = dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    return f"{op}|K={K}|N={N}|{str(dtype).replace('torch.', '')}{'+tf32' if tf32 else ''}|mean~{mean_bin}|cv~{cv_bin}"
+
+
+class Tuner:
+    """Chooses launch configurations: the performance model by default, measured candidates when
+    autotuning is on. Results live in memory and, with a cache file, in JSON users can ship.
+
+    Enable with ``pyg_fast.triton.segment_matmul_config.TUNER.enable(cache_file=...)`` or the
+    environment variables ``PYG_FAST_SEGMM_AUTOTUNE=1`` and ``PYG_FAST_SEGMM_TUNE_FILE``.
+    """
+
+    def __init__(self):
+        self.autotune = os.getenv("PYG_FAST_SEGMM_AUTOTUNE", "0") == "1"
+        self.cache_file: Optional[str] = os.getenv("PYG_FAST_SEGMM_TUNE_FILE")
+        self.top_k = 6
+        self._cache: Dict[str, SegmmConfig] = {}
+        self._lock = threading.Lock()
+        if self.cache_file and os.path.exists(self.cache_file):
+            self.load(self.cache_file)
+
+    def enable(self, on: bool = True, cache_file: Optional[str] = None) -> None:
+        self.autotune = on
+        if cache_file is not None:
+            self.cache_file = cache_file
+            if os.path.exists(cache_file):
+                self.load(cache_file)
+
+    def load(self, path: str) -> None:
+        with open(path) as f:
+            entries = json.load(f)
+        for key, value in entries.items():
+            self._cache[key] = SegmmConfig(**value)
+
+    def save(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump({k: v._asdict() for k, v in sorted(self._cache.items())}, f, indent=1)
+
+    def cached(self, key: str) -> Optional[SegmmConfig]:
+        return self._cache.get(key)
+
+    def choose(self, op: str, counts: Tensor, K: int, N: int, dtype: torch.dtype, device: torch.device,
+               bench) -> SegmmConfig:
+        """``bench(cfg) -> ms`` runs one candidate; called only when autotuning an unseen key."""
+        stats = size_stats(counts)
+        key = tune_key(op, K, N, dtype, stats)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        if not self.autotune:
+            return model_config(counts, K, N, dtype, device)
+        ceil, num_sms = hardware(device)
+        ranked = sorted(candidates(K, N), key=lambda c: model_time_us(c, counts, K, N, dtype, ceil, num_sms))
+        best = min(ranked[:self.top_k], key=bench)
+        with self._lock:
+            self._cache[key] = best
+            if self.cache_file:
+                self.save(self.cache_file)
+        return best
+
+
+TUNER = Tuner()

@@ -1,0 +1,253 @@
+import importlib.util
+import json
+import os
+
+import pytest
+import torch
+
+import pyg_fast
+from pyg_fast.ops.segment_matmul import gather_segment_matmul, segment_matmul
+from pyg_fast.testing import DEVICES, DTYPES, assert_close
+from pyg_fast.triton import segment_matmul_config as config
+
+# name -> segment sizes
+SIZES = {
+    "empty_types": [0, 5, 0, 0, 17, 1, 0],
+    "one_giant_type": [1000],
+    "giant_and_tiny": [1, 700, 2, 0, 3],
+    "many_types": [int(v) for v in torch.randint(0, 6, (300,), generator=torch.Generator().manual_seed(0))],
+}
+
+
+def ptr_of(sizes):
+    return torch.tensor([0] + sizes).cumsum(0)
+
+
+def reference(x, ptr, w, b=None):
+    """float64 loop of matmuls."""
+    out = []
+    for t in range(w.size(0)):
+        rows = x[ptr[t]:ptr[t + 1]].double() @ w[t].double()
+        out.append(rows + (b[t].double() if b is not None else 0))
+    return torch.cat(out) if out else x.new_zeros(0, w.size(2), dtype=torch.float64)
+
+
+def make(sizes, K, N, dtype, device, bias=True):
+    M, T = sum(sizes), len(sizes)
+    x = torch.randn(M, K, dtype=dtype, device=device, requires_grad=True)
+    w = torch.randn(T, K, N, dtype=dtype, device=device, requires_grad=True)
+    b = torch.randn(T, N, dtype=dtype, device=device, requires_grad=True) if bias else None
+    return x, ptr_of(sizes), w, b
+
+
+def grads_of(out, grad, tensors):
+    return torch.autograd.grad(out, [t for t in tensors if t is not None], grad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(SIZES))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_forward_backward_against_loop(case, dtype, device):
+    x, ptr, w, b = make(SIZES[case], 19, 33, dtype, device)
+    out = segment_matmul(x, ptr.to(device), w, b)
+    ref_inputs = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    ref = reference(ref_inputs[0], ptr, ref_inputs[1], ref_inputs[2])
+    scale = 4.0 if dtype in (torch.float16, torch.bfloat16) else 1.0
+    assert_close(out, ref, dtype, scale)
+    grad = torch.randn_like(ref)
+    for got, want in zip(grads_of(out, grad.to(dtype), (x, w, b)), grads_of(ref, grad, ref_inputs)):
+        assert_close(got, want, dtype, scale)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_ptr_on_cpu_for_device_inputs_and_no_bias(device):
+    x, ptr, w, _ = make([3, 0, 40, 7], 16, 8, torch.float32, device, bias=False)
+    out = segment_matmul(x, ptr, w)  # ptr stays on the CPU, as pyg-lib allows
+    assert out.device == x.device
+    xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    ref = reference(xd, ptr, wd)
+    assert_close(out, ref, torch.float32)
+    grad = torch.randn_like(ref)
+    for got, want in zip(grads_of(out, grad.float(), (x, w)), grads_of(ref, grad, (xd, wd))):
+        assert_close(got, want, torch.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gather_variant_with_unsorted_types(device):
+    T, M = 6, 200
+    types = torch.randint(0, T, (M,), device=device)
+    types[types == 3] = 4  # an empty type
+    x = torch.randn(M, 12, device=device, requires_grad=True)
+    w = torch.randn(T, 12, 10, device=device, requires_grad=True)
+    b = torch.randn(T, 10, device=device, requires_grad=True)
+    out = gather_segment_matmul(x, types, w, b)
+    ref = torch.bmm(x.double().unsqueeze(1), w.double()[types]).squeeze(1) + b.double()[types]
+    assert_close(out, ref, torch.float32)
+    grad = torch.randn_like(out)
+    gx, gw, gb = torch.autograd.grad(out, (x, w, b), grad)
+    xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
+    rx, rw, rb = torch.autograd.grad(torch.bmm(xd.unsqueeze(1), wd[types]).squeeze(1) + bd[types], (xd, wd, bd),
+                                     grad.double())
+    for got, want in ((gx, rx), (gw, rw), (gb, rb)):
+        assert_close(got, want, torch.float32)
+    # the second call reuses the cached sort: same numbers
+    assert torch.equal(gather_segment_matmul(x, types, w, b), out)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_deterministic_weight_grad_is_bitwise_reproducible(device):
+    x, ptr, w, b = make([500, 3, 0, 900, 64], 40, 24, torch.float32, device)
+    grad = torch.randn(x.size(0), 24, device=device)
+    runs = [grads_of(segment_matmul(x, ptr, w, b, deterministic=True), grad, (x, w, b)) for _ in range(3)]
+    for run in runs[1:]:
+        for a, c in zip(runs[0], run):
+            assert torch.equal(a, c)
+    torch.use_deterministic_algorithms(True)
+    try:
+        again = grads_of(segment_matmul(x, ptr, w, b), grad, (x, w, b))
+    finally:
+        torch.use_deterministic_algorithms(False)
+    for a, c in zip(runs[0], again):
+        assert torch.equal(a, c)
+
+
+def test_bad_inputs_raise_clear_errors():
+    x, ptr, w, b = make([2, 3], 4, 5, torch.float32, "cpu")
+    with pytest.raises(ValueError, match="'ptr' has 4 entries"):
+        segment_matmul(x, torch.tensor([0, 1, 2, 5]), w)
+    with pytest.raises(ValueError, match="'ptr' must be non-decreasing from 0 to 5"):
+        segment_matmul(x, torch.tensor([0, 4, 3]), w)
+    with pytest.raises(ValueError, match="'ptr' must be non-decreasing from 0 to 5"):
+        segment_matmul(x, torch.tensor([0, 2, 4]), w)
+    with pytest.raises(ValueError, match="'inputs' \\[M, K\\]"):
+        segment_matmul(x, ptr, torch.randn(2, 3, 5))
+    with pytest.raises(TypeError, match="'other' is torch.float64"):
+        segment_matmul(x, ptr, w.double())
+    with pytest.raises(TypeError, match="'ptr' must be an integer tensor"):
+        segment_matmul(x, ptr.float(), w)
+    with pytest.raises(ValueError, match="'bias' must be \\[T, N\\]"):
+        segment_matmul(x, ptr, w, torch.randn(2, 4))
+    with pytest.raises(IndexError, match="'index' holds values in \\[0, 7\\]"):
+        gather_segment_matmul(x, torch.tensor([0, 1, 7, 0, 1]), w)
+    # the raw op checks too (no crash when called directly)
+    with pytest.raises(ValueError, match="'ptr' must start at 0"):
+        torch.ops.pyg_fast.segment_matmul(x.detach(), torch.tensor([0, 2, 9]), w.detach())
+
+
+def test_torch_compile_fullgraph():
+    x, ptr, w, b = make([7, 0, 12], 8, 6, torch.float32, "cpu")
+
+    def f(x, w, b):
+        return segment_matmul(x, ptr, w, b).relu().sum()
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    got = torch.autograd.grad(compiled(x, w, b), (x, w, b))
+    want = torch.autograd.grad(f(x, w, b), (x, w, b))
+    for a, c in zip(got, want):
+        assert_close(a, c, torch.float32)
+
+
+# Triton kernels on the CPU through TRITON_INTERPRET ------------------------------------------
+@pytest.fixture(scope="module")
+def kernels():
+    pytest.importorskip("triton")
+    previous = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"  # read when the kernels are decorated, so load a fresh copy
+    path = os.path.join(os.path.dirname(pyg_fast.__file__), "triton", "segment_matmul.py")
+    spec = importlib.util.spec_from_file_location("pyg_fast_segment_matmul_interpreted", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    yield module
+    if previous is None:
+        del os.environ["TRITON_INTERPRET"]
+    else:
+        os.environ["TRITON_INTERPRET"] = previous
+
+
+TRITON_CASES = {"empty_types": [0, 5, 0, 0, 17, 1, 0], "giant_and_tiny": [1, 200, 2, 0, 3],
+                "many_small": [int(v) for v in torch.randint(0, 4, (40,), generator=torch.Generator().manual_seed(1))]}
+
+
+@pytest.mark.parametrize("case", list(TRITON_CASES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_triton_forward_and_weight_grad(kernels, case, dtype):
+    sizes = TRITON_CASES[case]
+    x, ptr, w, b = (t.detach() if t is not None else None for t in make(sizes, 20, 33, dtype, "cpu"))
+    scale = 4.0 if dtype != torch.float32 else 1.0
+    assert_close(kernels.forward(x, ptr, w, b), reference(x, ptr, w, b), dtype, scale)
+    # the input gradient: the same kernel with transposed (strided) weights
+    g = torch.randn(x.size(0), 33, dtype=dtype)
+    assert_close(kernels.forward(g, ptr, w.transpose(1, 2)), reference(g, ptr, w.transpose(1, 2)), dtype, scale)
+    want = torch.stack([x[ptr[t]:ptr[t + 1]].double().t() @ g[ptr[t]:ptr[t + 1]].double() for t in range(len(sizes))])
+    for deterministic in (True, False):
+        assert_close(kernels.weight_grad(x, ptr, g, deterministic), want, dtype, scale)
+
+
+@pytest.mark.parametrize("cfg", [config.SegmmConfig(16, 16, 16, 16), config.SegmmConfig(32, 64, 32, 128),
+                                 config.SegmmConfig(16, 32, 16, 64)])
+def test_triton_forward_any_config(kernels, cfg):
+    x, ptr, w, b = (t.detach() for t in make([0, 70, 5, 1, 33], 37, 40, torch.float32, "cpu"))
+    assert_close(kernels.forward(x, ptr, w, b, cfg), reference(x, ptr, w, b), torch.float32)
+
+
+def test_routing_covers_every_row_once_and_packs_small_segments():
+    sizes = [0, 3, 1000, 2, 2, 0, 5, 64]
+    ptr = ptr_of(sizes)
+    for pack in (True, False):
+        r = config.build_routing(ptr, rows_per_item=128, block_m=16, pack=pack)
+        covered = torch.zeros(sum(sizes), dtype=torch.long)
+        for t, lo, hi in r.items.tolist():
+            assert ptr[t] <= lo < hi <= ptr[t + 1] and hi - lo <= 128
+            covered[lo:hi] += 1
+        assert torch.equal(covered, torch.ones_like(covered))
+        assert r.prog_ptr[0] == 0 and r.prog_ptr[-1] == r.items.size(0)
+        assert r.type_items.tolist() == [0, 0, 1, 9, 10, 11, 11, 12, 13]
+    packed = config.build_routing(ptr, 128, 16, True)
+    # the 8 chunks of the big segment stay apart; the five small segments after it share programs
+    assert packed.prog_ptr.numel() - 1 < packed.items.size(0)
+
+
+def test_model_prefers_small_tiles_for_tiny_segments():
+    tiny = torch.full((300,), 3)
+    big = torch.full((4,), 200000)
+    assert config.model_config(tiny, 64, 64, torch.bfloat16, torch.device("cpu")).block_m == 16
+    assert config.model_config(big, 64, 64, torch.bfloat16, torch.device("cpu")).block_m >= 64
+
+
+def test_tune_key_ignores_small_changes_and_autotuner_caches(tmp_path):
+    a = torch.tensor([100, 120, 90, 110])
+    b = torch.tensor([101, 119, 92, 108])
+    c = torch.tensor([1000, 10, 5, 3000])
+    key = config.tune_key("fwd", 64, 64, torch.bfloat16, config.size_stats(a))
+    assert key == config.tune_key("fwd", 64, 64, torch.bfloat16, config.size_stats(b))
+    assert key != config.tune_key("fwd", 64, 64, torch.bfloat16, config.size_stats(c))
+    assert key != config.tune_key("fwd", 64, 32, torch.bfloat16, config.size_stats(a))
+
+    tuner = config.Tuner()
+    path = str(tmp_path / "tuned.json")
+    tuner.enable(True, cache_file=path)
+    calls = []
+
+    def bench(cfg):  # pretend the largest row tile is fastest
+        calls.append(cfg)
+        return 1.0 / cfg.rows_per_prog
+
+    best = tuner.choose("fwd", a, 64, 64, torch.bfloat16, torch.device("cpu"), bench)
+    assert best == max(calls, key=lambda cfg: cfg.rows_per_prog) and len(calls) == tuner.top_k
+    assert tuner.choose("fwd", b, 64, 64, torch.bfloat16, torch.device("cpu"), bench) == best
+    assert len(calls) == tuner.top_k  # no re-tuning for b
+    with open(path) as f:
+        assert list(json.load(f)) == [key]
+    fresh = config.Tuner()
+    fresh.load(path)
+    assert fresh.cached(key) == best
+
+
+def test_cuda_implementation_without_triton_raises_a_clear_error(monkeypatch):
+    import sys
+    import pyg_fast.triton
+    op_module = sys.modules["pyg_fast.ops.segment_matmul"]
+    monkeypatch.setitem(sys.modules, "pyg_fast.triton.segment_matmul", None)  # makes the import fail
+    monkeypatch.delattr(pyg_fast.triton, "segment_matmul", raising=False)
+    with pytest.raises(RuntimeError, match="runs Triton kernels, but Triton could not be imported"):
+        op_module._triton_kernels()
