@@ -36,7 +36,7 @@ void for_each_row(const at::Tensor& ptr, int64_t num_edges, int64_t heads, const
       row_fn(lo, hi, first.data(), second.data());
     }
   });
-  TORCH_CHECK_VALUE(!bad_ptr, "pyg_fast: 'ptr' must be non-decreasing, start at >= 0 and end at <= ",
+  PF_CHECK_VALUE(!bad_ptr, "pyg_fast: 'ptr' must be non-decreasing, start at >= 0 and end at <= ",
                     num_edges, " (the number of edges)");
 }
 

@@ -45,7 +45,7 @@ struct Messages {
 };
 
 void check_bad_index(const std::atomic<bool>& bad_index, int64_t num_nodes) {
-  TORCH_CHECK_INDEX(!bad_index, "pyg_fast: 'src_index' holds a value outside [0, ", num_nodes,
+  PF_CHECK_INDEX(!bad_index, "pyg_fast: 'src_index' holds a value outside [0, ", num_nodes,
                     ") (the number of rows of 'x')");
 }
 

@@ -69,7 +69,7 @@ at::Tensor sddmm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_i
       case EdgeOp::Div: run(std::integral_constant<EdgeOp, EdgeOp::Div>{}); break;
     }
   });
-  TORCH_CHECK_INDEX(!bad_index, "pyg_fast: sddmm index out of range (a has ", Na, " rows, b has ", Nb, ")");
+  PF_CHECK_INDEX(!bad_index, "pyg_fast: sddmm index out of range (a has ", Na, " rows, b has ", Nb, ")");
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/ops/addmm_cpu_dispatch.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm_cpu_dispatch.h>
@@ -24,6 +25,9 @@ void for_each_segment(const int64_t* p, int64_t T, F fn) {
   }
   if (T > 1 && largest * 2 < total) {
     at::parallel_for(0, T, 1, [&](int64_t lo, int64_t hi) {
+      // Worker threads need not inherit the caller's dispatch state (seen with torch 2.11):
+      // keep autograd out of the slices and out= products taken there.
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
       for (int64_t t = lo; t < hi; ++t) fn(t);
     });
   } else {
@@ -56,10 +60,10 @@ at::Tensor segment_matmul_weight_grad(const at::Tensor& input, const at::Tensor&
   check_floating(input, "input");
   check_floating(grad_out, "grad_out");
   check_ptr(ptr);
-  TORCH_CHECK_VALUE(input.dim() == 2 && grad_out.dim() == 2 && input.size(0) == grad_out.size(0),
+  PF_CHECK_VALUE(input.dim() == 2 && grad_out.dim() == 2 && input.size(0) == grad_out.size(0),
                     "pyg_fast: segment_matmul_weight_grad expects 'input' [M, K] and 'grad_out' [M, N], got ",
                     input.sizes(), " and ", grad_out.sizes());
-  TORCH_CHECK_TYPE(input.scalar_type() == grad_out.scalar_type(), "pyg_fast: 'input' and 'grad_out' differ in dtype");
+  PF_CHECK_TYPE(input.scalar_type() == grad_out.scalar_type(), "pyg_fast: 'input' and 'grad_out' differ in dtype");
   check_ptr_values(ptr, input.size(0));
   const int64_t T = ptr.numel() - 1;
   const int64_t* p = ptr.const_data_ptr<int64_t>();

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <vector>
 
+#include "../common/check.h"
 #include "../common/reduce.h"
 
 namespace pyg_fast::cpu {
@@ -39,7 +40,7 @@ void for_each_segment(const int64_t* ptr, int64_t batch, int64_t num_rows, int64
       write(acc.data(), b, r, hi - lo);
     }
   });
-  TORCH_CHECK_VALUE(!bad_ptr, "pyg_fast: 'ptr' must be non-decreasing, start at >= 0 and end at <= ",
+  PF_CHECK_VALUE(!bad_ptr, "pyg_fast: 'ptr' must be non-decreasing, start at >= 0 and end at <= ",
                     num_edges, " (the number of rows being reduced)");
 }
 

@@ -10,6 +10,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "../common/check.h"
 #include "kernels/segment_reduce.cuh"
 
 namespace pyg_fast::cuda {
@@ -37,21 +38,21 @@ struct SegmentConfig {
       while (c.lanes < 32 && static_cast<int64_t>(c.lanes) * c.vec < num_features) c.lanes *= 2;
       return c;
     }
-    TORCH_CHECK_VALUE(config.size() == 5, "pyg_fast: a segment config has 5 entries, got ", config.size());
+    PF_CHECK_VALUE(config.size() == 5, "pyg_fast: a segment config has 5 entries, got ", config.size());
     c.schedule = static_cast<Schedule>(config[0]);
     c.lanes = static_cast<int>(config[1]);
     c.vec = static_cast<int>(config[2]);
     c.threads = static_cast<int>(config[3]);
     c.chunk = config[4];
-    TORCH_CHECK_VALUE(config[0] >= 0 && config[0] <= 4, "pyg_fast: unknown schedule ", config[0]);
-    TORCH_CHECK_VALUE(c.lanes >= 1 && c.lanes <= 32 && (c.lanes & (c.lanes - 1)) == 0,
+    PF_CHECK_VALUE(config[0] >= 0 && config[0] <= 4, "pyg_fast: unknown schedule ", config[0]);
+    PF_CHECK_VALUE(c.lanes >= 1 && c.lanes <= 32 && (c.lanes & (c.lanes - 1)) == 0,
                       "pyg_fast: lanes must be a power of two <= 32, got ", c.lanes);
-    TORCH_CHECK_VALUE((c.vec == 1 || c.vec == 2 || c.vec == 4 || c.vec == 8) && c.vec * element_size <= 16 &&
+    PF_CHECK_VALUE((c.vec == 1 || c.vec == 2 || c.vec == 4 || c.vec == 8) && c.vec * element_size <= 16 &&
                           num_features % c.vec == 0 && feature_block % c.vec == 0,
                       "pyg_fast: vector width ", c.vec, " does not fit features of size ", num_features);
-    TORCH_CHECK_VALUE(c.threads >= 32 && c.threads <= 1024 && c.threads % 32 == 0,
+    PF_CHECK_VALUE(c.threads >= 32 && c.threads <= 1024 && c.threads % 32 == 0,
                       "pyg_fast: threads per block must be a multiple of 32 up to 1024, got ", c.threads);
-    TORCH_CHECK_VALUE(c.chunk >= 1, "pyg_fast: rows per chunk must be positive, got ", c.chunk);
+    PF_CHECK_VALUE(c.chunk >= 1, "pyg_fast: rows per chunk must be positive, got ", c.chunk);
     return c;
   }
 
@@ -77,22 +78,22 @@ struct GraphLayout {
                            const at::Tensor& like) {
     GraphLayout layout;
     if (c.schedule != Schedule::Groups && c.schedule != Schedule::Balanced) return layout;
-    TORCH_CHECK_VALUE(data.has_value(), "pyg_fast: the ", c.schedule == Schedule::Groups ? "groups" : "balanced",
+    PF_CHECK_VALUE(data.has_value(), "pyg_fast: the ", c.schedule == Schedule::Groups ? "groups" : "balanced",
                       " schedule needs 'schedule_data' (pyg_fast.tuning builds it)");
-    TORCH_CHECK_TYPE(data->scalar_type() == at::kLong, "pyg_fast: 'schedule_data' must be int64, got ",
+    PF_CHECK_TYPE(data->scalar_type() == at::kLong, "pyg_fast: 'schedule_data' must be int64, got ",
                      data->scalar_type());
-    TORCH_CHECK_VALUE(data->dim() == 1 && data->is_contiguous(), "pyg_fast: 'schedule_data' must be 1-D and contiguous");
-    TORCH_CHECK_VALUE(data->device() == like.device(), "pyg_fast: 'schedule_data' is on ", data->device(),
+    PF_CHECK_VALUE(data->dim() == 1 && data->is_contiguous(), "pyg_fast: 'schedule_data' must be 1-D and contiguous");
+    PF_CHECK_VALUE(data->device() == like.device(), "pyg_fast: 'schedule_data' is on ", data->device(),
                       " but the values are on ", like.device());
     const int64_t n = data->numel(), V = num_segments;
     const int64_t* p = data->const_data_ptr<int64_t>();
     if (c.schedule == Schedule::Balanced) {
-      TORCH_CHECK_VALUE(n == V, "pyg_fast: the balanced schedule's 'schedule_data' holds one entry per segment (",
+      PF_CHECK_VALUE(n == V, "pyg_fast: the balanced schedule's 'schedule_data' holds one entry per segment (",
                         V, "), got ", n);
       layout.row_order = p;
       return layout;
     }
-    TORCH_CHECK_VALUE(n >= V + 2 && (n - V - 2) % 2 == 0, "pyg_fast: the groups schedule's 'schedule_data' must "
+    PF_CHECK_VALUE(n >= V + 2 && (n - V - 2) % 2 == 0, "pyg_fast: the groups schedule's 'schedule_data' must "
                       "hold V + 1 + 2 G + 1 entries for V = ", V, " segments, got ", n);
     layout.num_groups = (n - V - 2) / 2;
     layout.group_ptr = p;

@@ -10,7 +10,7 @@ inline void check_edge_softmax_args(const at::Tensor& src, const at::Tensor& ptr
   check_floating(src, "src");
   check_ptr(ptr);
   check_same_device(src, ptr, "src", "ptr");
-  TORCH_CHECK_VALUE(src.dim() == 2, "pyg_fast: edge_softmax expects 'src' of shape [E, H], got ",
+  PF_CHECK_VALUE(src.dim() == 2, "pyg_fast: edge_softmax expects 'src' of shape [E, H], got ",
                     src.sizes());
 }
 
@@ -19,10 +19,10 @@ inline void check_edge_softmax_backward_args(const at::Tensor& out, const at::Te
   check_edge_softmax_args(out, ptr);
   check_floating(grad_out, "grad_out");
   check_same_device(out, grad_out, "out", "grad_out");
-  TORCH_CHECK_TYPE(out.scalar_type() == grad_out.scalar_type(),
+  PF_CHECK_TYPE(out.scalar_type() == grad_out.scalar_type(),
                    "pyg_fast: 'grad_out' must have the dtype of 'out' (", out.scalar_type(), "), got ",
                    grad_out.scalar_type());
-  TORCH_CHECK_VALUE(out.sizes() == grad_out.sizes(), "pyg_fast: 'grad_out' has shape ",
+  PF_CHECK_VALUE(out.sizes() == grad_out.sizes(), "pyg_fast: 'grad_out' has shape ",
                     grad_out.sizes(), " but 'out' has shape ", out.sizes());
 }
 

@@ -12,7 +12,7 @@ inline void check_index_segment_reduce_args(const at::Tensor& x, const at::Tenso
                                             const at::Tensor& ptr,
                                             const std::optional<at::Tensor>& weight) {
   check_floating(x, "x");
-  TORCH_CHECK_VALUE(x.dim() == 2, "pyg_fast: index_segment_reduce expects 'x' viewed as [N, F], got ",
+  PF_CHECK_VALUE(x.dim() == 2, "pyg_fast: index_segment_reduce expects 'x' viewed as [N, F], got ",
                     x.sizes());
   check_index(src_index, "src_index");
   check_ptr(ptr);

@@ -16,7 +16,7 @@ inline EdgeOp parse_edge_op(const std::string& op) {
   if (op == "sub") return EdgeOp::Sub;
   if (op == "mul") return EdgeOp::Mul;
   if (op == "div") return EdgeOp::Div;
-  TORCH_CHECK_VALUE(false, "pyg_fast: sddmm op must be one of 'dot', 'add', 'sub', 'mul', 'div', got '",
+  PF_CHECK_VALUE(false, "pyg_fast: sddmm op must be one of 'dot', 'add', 'sub', 'mul', 'div', got '",
                     op, "'");
 }
 
@@ -30,12 +30,12 @@ inline void check_sddmm_args(const at::Tensor& a, const at::Tensor& b, const at:
   check_same_device(a, b, "a", "b");
   check_same_device(a, a_index, "a", "a_index");
   check_same_device(a, b_index, "a", "b_index");
-  TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(), "pyg_fast: sddmm operands differ in dtype (",
+  PF_CHECK_TYPE(a.scalar_type() == b.scalar_type(), "pyg_fast: sddmm operands differ in dtype (",
                    a.scalar_type(), " and ", b.scalar_type(), ")");
-  TORCH_CHECK_VALUE(a.dim() == 3 && b.dim() == 3 && a.size(1) == b.size(1) && a.size(2) == b.size(2),
+  PF_CHECK_VALUE(a.dim() == 3 && b.dim() == 3 && a.size(1) == b.size(1) && a.size(2) == b.size(2),
                     "pyg_fast: sddmm expects 'a' [Na, H, D] and 'b' [Nb, H, D], got ", a.sizes(),
                     " and ", b.sizes());
-  TORCH_CHECK_VALUE(a_index.numel() == b_index.numel(),
+  PF_CHECK_VALUE(a_index.numel() == b_index.numel(),
                     "pyg_fast: 'a_index' and 'b_index' differ in length (", a_index.numel(), " and ",
                     b_index.numel(), ")");
 }

@@ -10,7 +10,7 @@ inline void check_segment_reduce_args(const at::Tensor& src, const at::Tensor& p
   check_floating(src, "src");
   check_ptr(ptr);
   check_same_device(src, ptr, "src", "ptr");
-  TORCH_CHECK_VALUE(src.dim() == 3, "pyg_fast: segment_reduce expects 'src' viewed as [B, E, F], got ",
+  PF_CHECK_VALUE(src.dim() == 3, "pyg_fast: segment_reduce expects 'src' viewed as [B, E, F], got ",
                     src.sizes());
 }
 
