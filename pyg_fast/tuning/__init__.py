@@ -42,7 +42,8 @@ from torch import Tensor
 
 from pyg_fast.ops import _layout
 
-RULES_PATH = os.path.join(os.path.dirname(__file__), "rules.json")
+# The shipped table; PYG_FAST_TUNING_RULES names another (e.g. one measured on your GPU).
+RULES_PATH = os.environ.get("PYG_FAST_TUNING_RULES") or os.path.join(os.path.dirname(__file__), "rules.json")
 SCHEDULES = {"row": 0, "chunk": 1, "row_parallel": 2, "groups": 3, "balanced": 4}
 GRAPH_AWARE = ("groups", "balanced")
 # Benchmark method name of each schedule (suite "schedule_select").
