@@ -148,20 +148,29 @@ def test_torch_compile_fullgraph():
 
 
 # Triton kernels on the CPU through TRITON_INTERPRET ------------------------------------------
+def load_kernels(interpret: bool):
+    """A fresh copy of the kernel module, its kernels decorated with TRITON_INTERPRET set or not
+    (Triton reads it at decoration time), whatever the environment of the test session."""
+    pytest.importorskip("triton")
+    previous = os.environ.pop("TRITON_INTERPRET", None)
+    if interpret:
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        path = os.path.join(os.path.dirname(pyg_fast.__file__), "triton", "segment_matmul.py")
+        spec = importlib.util.spec_from_file_location(f"pyg_fast_segment_matmul_{interpret}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        os.environ.pop("TRITON_INTERPRET", None)
+        if previous is not None:
+            os.environ["TRITON_INTERPRET"] = previous
+    return module
+
+
 @pytest.fixture(scope="module")
 def kernels():
-    pytest.importorskip("triton")
-    previous = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"  # read when the kernels are decorated, so load a fresh copy
-    path = os.path.join(os.path.dirname(pyg_fast.__file__), "triton", "segment_matmul.py")
-    spec = importlib.util.spec_from_file_location("pyg_fast_segment_matmul_interpreted", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
-    if previous is None:
-        del os.environ["TRITON_INTERPRET"]
-    else:
-        os.environ["TRITON_INTERPRET"] = previous
+    """The kernels running in Triton's CPU interpreter."""
+    return load_kernels(interpret=True)
 
 
 TRITON_CASES = {"empty_types": [0, 5, 0, 0, 17, 1, 0], "giant_and_tiny": [1, 200, 2, 0, 3],
@@ -251,3 +260,33 @@ def test_cuda_implementation_without_triton_raises_a_clear_error(monkeypatch):
     monkeypatch.delattr(pyg_fast.triton, "segment_matmul", raising=False)
     with pytest.raises(RuntimeError, match="runs Triton kernels, but Triton could not be imported"):
         op_module._triton_kernels()
+
+
+@pytest.mark.parametrize("dtype,precision,tensor_cores", [("bf16", "tf32", True), ("fp32", "tf32", True),
+                                                          ("fp32", "ieee", False)])
+def test_triton_kernels_compile_for_sm90(dtype, precision, tensor_cores):
+    """Lowers the kernels to PTX for an H100 without a GPU (Triton ships ptxas), so that GPU-only
+    compile errors show up in CI; bf16 and TF32 must use Hopper tensor cores (wgmma)."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    kernels = load_kernels(interpret=False)
+    target = GPUTarget("cuda", 90, 32)
+    blocks = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)
+    ints = lambda *names: {n: "i32" for n in names}  # noqa: E731
+    fwd_sig = {"x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "b_ptr": f"*{dtype}", "out_ptr": f"*{dtype}",
+               "prog_ptr": "*i32", "items_ptr": "*i32",
+               **ints("K", "N", "stride_xm", "stride_wt", "stride_wk", "stride_wn", "stride_om")}
+    fwd_consts = dict(HAS_BIAS=True, PRECISION=precision, WIDEN=False, **blocks)
+    ptx = triton.compile(ASTSource(kernels._segmm_fwd_kernel, {**fwd_sig, **{k: "constexpr" for k in fwd_consts}},
+                                   fwd_consts), target=target).asm["ptx"]
+    assert ("wgmma" in ptx) == tensor_cores
+    wgrad_sig = {"x_ptr": f"*{dtype}", "g_ptr": f"*{dtype}", "dst_ptr": "*fp32", "items_ptr": "*i32",
+                 **ints("K", "N", "stride_xm", "stride_gm")}
+    for atomic in (True, False):
+        consts = dict(ATOMIC=atomic, PRECISION=precision, WIDEN=False, **blocks)
+        triton.compile(ASTSource(kernels._segmm_wgrad_kernel, {**wgrad_sig, **{k: "constexpr" for k in consts}},
+                                 consts), target=target)
+    reduce_sig = {"part_ptr": "*fp32", "type_items_ptr": "*i32", "out_ptr": f"*{dtype}", "KN": "i32",
+                  "BLOCK": "constexpr"}
+    triton.compile(ASTSource(kernels._segmm_wgrad_reduce_kernel, reduce_sig, {"BLOCK": 256}), target=target)
