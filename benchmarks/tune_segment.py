@@ -90,9 +90,10 @@ def sweep(device: str, quick: bool, out_dir: str):
                 try:
                     out = run()
                     err = ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-                    if not err < 1e-4:
-                        raise RuntimeError(f"wrong result, relative error {err:.3g}")
-                    timings.append((median_ms(run), params))
+                    if err < 1e-4:
+                        timings.append((median_ms(run), params))
+                    else:  # never time (or pick) a configuration that computes something else
+                        print(f"WRONG RESULT (relative error {err:.3g}) with {params}: not timed", flush=True)
                 finally:
                     tuning.set_override(None)
             baseline = median_ms(lambda: torch.zeros(num_nodes, num_features, device=device).index_add_(

@@ -169,8 +169,11 @@ def load_kernels(interpret: bool):
 
 @pytest.fixture(scope="module")
 def kernels():
-    """The kernels running in Triton's CPU interpreter."""
-    return load_kernels(interpret=True)
+    """The kernels and their device: compiled on a CUDA machine, else in Triton's CPU interpreter
+    (the GPU machine's Triton 3.6 interpreter cannot run them, its compiler can)."""
+    if torch.cuda.is_available():
+        return load_kernels(interpret=False), "cuda"
+    return load_kernels(interpret=True), "cpu"
 
 
 TRITON_CASES = {"empty_types": [0, 5, 0, 0, 17, 1, 0], "giant_and_tiny": [1, 200, 2, 0, 3],
@@ -180,12 +183,13 @@ TRITON_CASES = {"empty_types": [0, 5, 0, 0, 17, 1, 0], "giant_and_tiny": [1, 200
 @pytest.mark.parametrize("case", list(TRITON_CASES))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_triton_forward_and_weight_grad(kernels, case, dtype):
+    kernels, device = kernels
     sizes = TRITON_CASES[case]
-    x, ptr, w, b = (t.detach() if t is not None else None for t in make(sizes, 20, 33, dtype, "cpu"))
+    x, ptr, w, b = (t.detach() if t is not None else None for t in make(sizes, 20, 33, dtype, device))
     scale = 4.0 if dtype != torch.float32 else 1.0
     assert_close(kernels.forward(x, ptr, w, b), reference(x, ptr, w, b), dtype, scale)
     # the input gradient: the same kernel with transposed (strided) weights
-    g = torch.randn(x.size(0), 33, dtype=dtype)
+    g = torch.randn(x.size(0), 33, dtype=dtype, device=device)
     assert_close(kernels.forward(g, ptr, w.transpose(1, 2)), reference(g, ptr, w.transpose(1, 2)), dtype, scale)
     want = torch.stack([x[ptr[t]:ptr[t + 1]].double().t() @ g[ptr[t]:ptr[t + 1]].double() for t in range(len(sizes))])
     for deterministic in (True, False):
@@ -195,7 +199,8 @@ def test_triton_forward_and_weight_grad(kernels, case, dtype):
 @pytest.mark.parametrize("cfg", [config.SegmmConfig(16, 16, 16, 16), config.SegmmConfig(32, 64, 32, 128),
                                  config.SegmmConfig(16, 32, 16, 64)])
 def test_triton_forward_any_config(kernels, cfg):
-    x, ptr, w, b = (t.detach() for t in make([0, 70, 5, 1, 33], 37, 40, torch.float32, "cpu"))
+    kernels, device = kernels
+    x, ptr, w, b = (t.detach() for t in make([0, 70, 5, 1, 33], 37, 40, torch.float32, device))
     assert_close(kernels.forward(x, ptr, w, b, cfg), reference(x, ptr, w, b), torch.float32)
 
 
