@@ -122,8 +122,9 @@ def leave_one_out(results, weights):
         if not others:
             continue
         near = min(others, key=lambda o: sum(w * (a - b) ** 2 for w, a, b in zip(weights, r["features"], o["features"])))
-        picked = next(t["ms"] for t in r["all"] if all(t[k] == near["best"][k] for k in near["best"]))
-        ratios.append(picked / r["best_ms"])
+        picked = next((t["ms"] for t in r["all"] if all(t[k] == near["best"][k] for k in near["best"])), None)
+        if picked is not None:  # None: the neighbour's pick was not swept for this input
+            ratios.append(picked / r["best_ms"])
     return ratios
 
 
