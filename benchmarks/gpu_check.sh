@@ -24,7 +24,8 @@
 #   SKIP_TESTS=1 / SKIP_BENCH=1  skip the tests / the benchmarks
 #   PYTEST_ARGS="-q -x"          pytest options; TESTS=tests the test paths
 #   SANITIZE=1                   also run the CUDA op tests under compute-sanitizer
-#                                (memcheck and racecheck; SANITIZE_TESTS picks them)
+#                                (memcheck and racecheck; SANITIZE_TESTS picks the files,
+#                                SANITIZE_K the pytest -k expression, default "cuda")
 #   TORCH_SCATTER_WAIT_S=120     how long the benchmarks wait for torch_scatter's build
 #   DEVICE_CALL_S=600            the device call's limit: the benchmarks are interrupted (their
 #                                results so far kept) 20 s before it; BENCH_TIMEOUT_S overrides
@@ -103,7 +104,7 @@ if [ "${SANITIZE:-0}" = 1 ]; then
   for tool in memcheck racecheck; do
     log "compute-sanitizer --tool $tool"
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$SANITIZER" --tool $tool --error-exitcode 9 \
-      $PY -m pytest -q -x -k cuda ${SANITIZE_TESTS:-tests/ops} >>"$OUT/sanitize.log" 2>&1
+      $PY -m pytest -q -x -p no:cacheprovider -k "${SANITIZE_K:-cuda}" ${SANITIZE_TESTS:-tests/ops} >>"$OUT/sanitize.log" 2>&1
     rc=$?
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" "$OUT/sanitize.log" | tail -4
     log "$tool exit status $rc"
