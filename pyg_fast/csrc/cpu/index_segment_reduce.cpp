@@ -22,17 +22,19 @@ struct Messages {
   int64_t num_nodes, num_features, num_heads;
   std::atomic<bool>* bad_index;
 
-  // Calls emit(f, value) for every feature of message e; false if src_index[e] is out of range.
-  template <typename Emit>
-  bool for_each(int64_t e, const Emit& emit) const {
+  // Calls emit(f, value) for every feature f < nf (== num_features) of message e; false if
+  // src_index[e] is out of range.
+  template <typename Features, typename Emit>
+  bool for_each(int64_t e, Features nf, const Emit& emit) const {
     const int64_t j = src_index[e];
     if (j < 0 || j >= num_nodes) {
       *bad_index = true;
       return false;
     }
     const scalar_t* row = x + j * num_features;
-    if (weight == nullptr) {
-      for (int64_t f = 0; f < num_features; ++f) emit(f, static_cast<acc_t>(row[f]));
+    if (weight == nullptr || num_heads == 1) {  // one scale for the whole row
+      const acc_t w = weight == nullptr ? acc_t(1) : static_cast<acc_t>(weight[e]);
+      for (int64_t f = 0; f < nf; ++f) emit(f, w * static_cast<acc_t>(row[f]));
       return true;
     }
     const int64_t D = num_features / num_heads;
@@ -67,11 +69,11 @@ at::Tensor index_segment_reduce(const at::Tensor& x, const at::Tensor& src_index
     PF_DISPATCH_REDUCE(op, [&] {
       for_each_segment<acc_t, R>(
           ptr.const_data_ptr<int64_t>(), 1, V, F, E,
-          [&](acc_t* acc, int64_t, int64_t, int64_t e) {
-            msg.for_each(e, [&](int64_t f, acc_t v) { acc[f] = Reducer<R, acc_t>::update(acc[f], v); });
+          [&](acc_t* acc, int64_t, int64_t, int64_t e, auto nf) {
+            msg.for_each(e, nf, [&](int64_t f, acc_t v) { acc[f] = Reducer<R, acc_t>::update(acc[f], v); });
           },
-          [&](const acc_t* acc, int64_t, int64_t r, int64_t count) {
-            for (int64_t f = 0; f < F; ++f)
+          [&](const acc_t* acc, int64_t, int64_t r, int64_t count, auto nf) {
+            for (int64_t f = 0; f < nf; ++f)
               o[r * F + f] = static_cast<scalar_t>(Reducer<R, acc_t>::finalize(acc[f], count));
           });
     });
@@ -103,12 +105,12 @@ at::Tensor index_segment_reduce_extremum_backward(const at::Tensor& grad_out, co
     auto is_best = [&](int64_t r, int64_t f, acc_t v) { return static_cast<scalar_t>(v) == o[r * F + f]; };
     for_each_segment<acc_t, Reduce::Sum>(
         p, 1, V, F, E,
-        [&](acc_t* ties, int64_t, int64_t r, int64_t e) {
-          msg.for_each(e, [&](int64_t f, acc_t v) { ties[f] += is_best(r, f, v) ? acc_t(1) : acc_t(0); });
+        [&](acc_t* ties, int64_t, int64_t r, int64_t e, auto nf) {
+          msg.for_each(e, nf, [&](int64_t f, acc_t v) { ties[f] += is_best(r, f, v) ? acc_t(1) : acc_t(0); });
         },
-        [&](const acc_t* ties, int64_t, int64_t r, int64_t count) {
+        [&](const acc_t* ties, int64_t, int64_t r, int64_t count, auto nf) {
           for (int64_t e = p[r]; e < p[r] + count; ++e)
-            msg.for_each(e, [&](int64_t f, acc_t v) {
+            msg.for_each(e, nf, [&](int64_t f, acc_t v) {
               if (is_best(r, f, v))
                 gm[e * F + f] = static_cast<scalar_t>(static_cast<acc_t>(go[r * F + f]) / ties[f]);
             });

@@ -25,14 +25,14 @@ at::Tensor segment_reduce(const at::Tensor& src, const at::Tensor& ptr, c10::str
     PF_DISPATCH_REDUCE(op, [&] {
       for_each_segment<acc_t, R>(
           ptr.const_data_ptr<int64_t>(), B, V, F, E,
-          [&](acc_t* acc, int64_t b, int64_t, int64_t e) {
+          [&](acc_t* acc, int64_t b, int64_t, int64_t e, auto nf) {
             const scalar_t* row = s + (b * E + e) * F;
-            for (int64_t f = 0; f < F; ++f)
+            for (int64_t f = 0; f < nf; ++f)
               acc[f] = Reducer<R, acc_t>::update(acc[f], static_cast<acc_t>(row[f]));
           },
-          [&](const acc_t* acc, int64_t b, int64_t r, int64_t count) {
+          [&](const acc_t* acc, int64_t b, int64_t r, int64_t count, auto nf) {
             scalar_t* row = o + (b * V + r) * F;
-            for (int64_t f = 0; f < F; ++f)
+            for (int64_t f = 0; f < nf; ++f)
               row[f] = static_cast<scalar_t>(Reducer<R, acc_t>::finalize(acc[f], count));
           });
     });
@@ -66,19 +66,19 @@ at::Tensor segment_reduce_backward(const at::Tensor& grad_out, const std::option
     // The fold counts ties of each feature; the write hands out the gradient.
     for_each_segment<acc_t, Reduce::Sum>(
         p, B, V, F, E,
-        [&](acc_t* ties, int64_t b, int64_t r, int64_t e) {
+        [&](acc_t* ties, int64_t b, int64_t r, int64_t e, auto nf) {
           if (!extremum) return;
           const scalar_t* row = s + (b * E + e) * F;
           const scalar_t* best = o + (b * V + r) * F;
-          for (int64_t f = 0; f < F; ++f) ties[f] += row[f] == best[f] ? acc_t(1) : acc_t(0);
+          for (int64_t f = 0; f < nf; ++f) ties[f] += row[f] == best[f] ? acc_t(1) : acc_t(0);
         },
-        [&](const acc_t* ties, int64_t b, int64_t r, int64_t count) {
+        [&](const acc_t* ties, int64_t b, int64_t r, int64_t count, auto nf) {
           const scalar_t* g = go + (b * V + r) * F;
           const scalar_t* best = o + (b * V + r) * F;
           for (int64_t e = p[r]; e < p[r] + count; ++e) {
             const scalar_t* row = s + (b * E + e) * F;
             scalar_t* grow = gs + (b * E + e) * F;
-            for (int64_t f = 0; f < F; ++f) {
+            for (int64_t f = 0; f < nf; ++f) {
               const acc_t gv = static_cast<acc_t>(g[f]);
               if (extremum)
                 grow[f] = static_cast<scalar_t>(row[f] == best[f] ? gv / ties[f] : acc_t(0));
