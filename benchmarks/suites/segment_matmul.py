@@ -38,7 +38,7 @@ def segment_sizes() -> Dict[str, List[int]]:
 
 
 def ceilings(device: str) -> dict:
-    name = torch.cuda.get_device_name() if device == "cuda" else ""
+    name = torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else ""
     return next((v for k, v in HARDWARE.items() if k in name), HARDWARE["default"])
 
 
