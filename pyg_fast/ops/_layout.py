@@ -22,7 +22,8 @@ _CACHE = WeakTensorKeyDictionary()
 def _compiling(*tensors: Tensor) -> bool:
     """True while tracing (torch.compile, including AOTAutograd's backward trace, where
     is_compiling() is False but the tensors are fake): data cannot be read then."""
-    return torch.compiler.is_compiling() or any(is_fake(t) for t in tensors)
+    # Fake tensors are Tensor subclasses: a plain Tensor skips the (slower) is_fake test.
+    return torch.compiler.is_compiling() or any(type(t) is not Tensor and is_fake(t) for t in tensors)
 
 
 def cached(tensor: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
