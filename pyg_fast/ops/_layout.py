@@ -130,21 +130,24 @@ def ptr_layout(ptr: Tensor, num_rows: int, covers_all: bool = False) -> SegmentL
         raise ValueError(f"pyg_fast: 'ptr' must be a non-empty 1-D tensor, got shape {tuple(ptr.shape)}")
     ptr = as_long(ptr)
 
+    # The cache keeps (covers_all, max_segment), not the layout: a cached value holding its own key
+    # tensor would keep that tensor (and the entry) alive forever.
     def compute():
         if _compiling(ptr):
-            return SegmentLayout(ptr, None, covers_all)
+            return covers_all, None
         if ptr.numel() > 1:
             lo, hi, is_sorted = _index_stats(ptr)
             if lo < 0 or hi > num_rows or not is_sorted or (covers_all and (lo != 0 or hi != num_rows)):
                 span = f"from 0 to {num_rows}" if covers_all else f"within [0, {num_rows}]"
                 raise ValueError(f"pyg_fast: 'ptr' must be non-decreasing {span} (the number of rows "
                                  f"it splits), got values in [{lo}, {hi}]{'' if is_sorted else ', not sorted'}")
-            return SegmentLayout(ptr, None, lo == 0 and hi == num_rows, _max_segment(ptr))
+            return lo == 0 and hi == num_rows, _max_segment(ptr)
         if covers_all and num_rows != 0:
             raise ValueError(f"pyg_fast: 'ptr' with one entry covers no rows but there are {num_rows}")
-        return SegmentLayout(ptr, None, num_rows == 0, 0)
+        return num_rows == 0, 0
 
-    return cached(ptr, ("ptr_layout", num_rows, covers_all), compute)
+    covers, max_segment = cached(ptr, ("ptr_layout", num_rows, covers_all), compute)
+    return SegmentLayout(ptr, None, covers, max_segment)
 
 
 def ptr_to_index(ptr: Tensor, num_rows: int) -> Tensor:

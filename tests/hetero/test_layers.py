@@ -104,15 +104,22 @@ def test_rgat_matches_pyg(mod, mechanism, mode):
     ref64 = pyg_nn.RGATConv(8, 4, 5, **kwargs).double()
     ref64.load_state_dict(ref.state_dict())
     x64 = x.detach().double().requires_grad_()
+    # The 'scaled' modes leave float32's normal range (outputs from 1e-44 to 1e13 here), where
+    # float32 results depend on rounding order (NaN was seen in one CI run): there ours runs in
+    # float64 too and must match PyG's float64 closely.
+    wild = mod in ("scaled", "f-scaled")
+    if wild:
+        mine = mine.double()
     runs = {}
-    for name, conv, inputs in (("pyg", ref, (x, edge_attr)), ("fast", mine, (x, edge_attr)),
+    fast_inputs = (x64, edge_attr.double()) if wild else (x, edge_attr)
+    for name, conv, inputs in (("pyg", ref, (x, edge_attr)), ("fast", mine, fast_inputs),
                                ("pyg64", ref64, (x64, edge_attr.double()))):
         out = conv(inputs[0], edge_index, edge_type, inputs[1])
         grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
         grads = torch.autograd.grad(out, list(conv.parameters()) + [inputs[0]], grad.to(out.dtype), allow_unused=True)
         runs[name] = [out] + [g for g in grads if g is not None]
     for ours, pyg32, exact in zip(runs["fast"], runs["pyg"], runs["pyg64"]):
-        assert rel_err(ours, exact) <= max(1e-4, 10 * rel_err(pyg32, exact))
+        assert rel_err(ours, exact) <= (1e-9 if wild else max(1e-4, 10 * rel_err(pyg32, exact)))
 
 
 @pytest.mark.parametrize("device", DEVICES)
