@@ -66,6 +66,11 @@ void walk_segments(const int64_t* ptr, int64_t batch, int64_t num_rows, Features
 template <typename acc_t, Reduce R, typename Fold, typename Write>
 void for_each_segment(const int64_t* ptr, int64_t batch, int64_t num_rows, int64_t num_features,
                       int64_t num_edges, const Fold& fold, const Write& write) {
+  // Max/min stay on the runtime-count loop: fully unrolled, their data-dependent selects became
+  // branches (measured: F = 16 max 78 ms unrolled vs 11 ms for F = 32, arxiv_like, one thread).
+  if constexpr (R == Reduce::Max || R == Reduce::Min) {
+    return walk_segments<acc_t, R>(ptr, batch, num_rows, num_features, num_edges, fold, write);
+  }
   switch (num_features) {
     case 1: return walk_segments<acc_t, R>(ptr, batch, num_rows, std::integral_constant<int64_t, 1>{}, num_edges, fold, write);
     case 2: return walk_segments<acc_t, R>(ptr, batch, num_rows, std::integral_constant<int64_t, 2>{}, num_edges, fold, write);
