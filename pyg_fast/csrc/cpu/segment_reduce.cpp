@@ -44,13 +44,8 @@ at::Tensor segment_reduce_backward(const at::Tensor& grad_out, const std::option
                                    const std::optional<at::Tensor>& out_opt, const at::Tensor& ptr,
                                    c10::string_view reduce, int64_t num_rows) {
   const Reduce op = parse_reduce(std::string(reduce));
-  const bool extremum = op == Reduce::Max || op == Reduce::Min;
-  check_segment_reduce_args(grad_out, ptr);
-  PF_CHECK_VALUE(!extremum || (src_opt.has_value() && out_opt.has_value()),
-                    "pyg_fast: segment_reduce_backward needs 'src' and 'out' for max/min");
+  const bool extremum = check_segment_reduce_backward_args(grad_out, src_opt, out_opt, ptr, op);
   const int64_t B = grad_out.size(0), V = grad_out.size(1), F = grad_out.size(2), E = num_rows;
-  PF_CHECK_VALUE(ptr.numel() == V + 1, "pyg_fast: 'grad_out' has ", V, " rows but 'ptr' describes ",
-                    ptr.numel() - 1);
   const at::Tensor src = extremum ? src_opt->contiguous() : grad_out;
   const at::Tensor out = extremum ? out_opt->contiguous() : grad_out;
   // Rows outside every segment get no gradient.
