@@ -1,8 +1,13 @@
 """What the fused layers share: when to leave a call to PyG, scripting, conversion."""
 import copy
+from typing import Optional
 
 import torch
+from torch import Tensor
 from torch_geometric.nn.aggr import MaxAggregation, MeanAggregation, MinAggregation, SumAggregation
+
+from pyg_fast.nn import _graph
+from pyg_fast.ops.index_segment_reduce import index_weight_segment_reduce
 
 # MessagePassing's hook registries; a registered hook needs PyG's unfused path to see messages.
 _HOOK_DICTS = (
@@ -27,6 +32,19 @@ class FusedLayer:
     def _reduce(self):
         """The aggregation as a kernel reduce name, or None if it is not a basic one."""
         return _REDUCES.get(type(self.aggr_module))
+
+    def _fused_edges(self, x_src: Tensor, edge_index):
+        """The unpacked edges when the fused neighbour aggregation applies, else None (PyG's path)."""
+        if self._reduce() is None or x_src.dim() != 2 or self._pyg_path_required():
+            return None
+        return _graph.unpack(edge_index, self.flow)
+
+    def _aggregate_neighbours(self, x_src: Tensor, x_dst: Optional[Tensor], edges, size) -> Tensor:
+        """reduce over j -> i of w_ji * x_j, on the by-destination layout cached with the edges."""
+        num_src, num_dst = _graph.num_nodes(x_src, x_dst, edges.sizes, size)
+        graph = _graph.by_destination(edges.edge_index, num_src, num_dst, self.flow)
+        return index_weight_segment_reduce(x_src, graph.src, None, _graph.in_edge_order(edges.value, graph),
+                                           reduce=self._reduce(), ptr=graph.ptr)
 
     @classmethod
     def _pyg_class(cls):

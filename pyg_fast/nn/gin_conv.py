@@ -2,9 +2,7 @@ import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch_geometric.typing import Adj, OptPairTensor, Size
 
-from pyg_fast.nn import _graph
 from pyg_fast.nn._fused import FusedLayer
-from pyg_fast.ops.index_segment_reduce import index_weight_segment_reduce
 
 
 class GINConv(FusedLayer, pyg_nn.GINConv):
@@ -23,15 +21,10 @@ class GINConv(FusedLayer, pyg_nn.GINConv):
 
     def forward(self, x, edge_index: Adj, size: Size = None) -> Tensor:
         pair: OptPairTensor = (x, x) if isinstance(x, Tensor) else x
-        reduce, edges = self._reduce(), None
-        if reduce is not None and pair[0].dim() == 2 and not self._pyg_path_required():
-            edges = _graph.unpack(edge_index, self.flow)
+        edges = self._fused_edges(pair[0], edge_index)
         if edges is None:
             return super().forward(x, edge_index, size)
-        num_src, num_dst = _graph.num_nodes(pair[0], pair[1], edges.sizes, size)
-        graph = _graph.by_destination(edges.edge_index, num_src, num_dst, self.flow)
-        out = index_weight_segment_reduce(pair[0], graph.src, None, _graph.in_edge_order(edges.value, graph),
-                                          reduce=reduce, ptr=graph.ptr)
+        out = self._aggregate_neighbours(pair[0], pair[1], edges, size)
         if pair[1] is not None:
             out = out + (1 + self.eps) * pair[1]
         return self.nn(out)

@@ -3,9 +3,7 @@ import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch_geometric.typing import Adj, OptPairTensor, Size
 
-from pyg_fast.nn import _graph
 from pyg_fast.nn._fused import FusedLayer
-from pyg_fast.ops.index_segment_reduce import index_weight_segment_reduce
 
 
 class SAGEConv(FusedLayer, pyg_nn.SAGEConv):
@@ -25,19 +23,13 @@ class SAGEConv(FusedLayer, pyg_nn.SAGEConv):
 
     def forward(self, x, edge_index: Adj, size: Size = None) -> Tensor:
         pair: OptPairTensor = (x, x) if isinstance(x, Tensor) else x
-        reduce, edges = self._reduce(), None
-        if reduce is not None and pair[0].dim() == 2 and not self._pyg_path_required():
-            edges = _graph.unpack(edge_index, self.flow)
+        edges = self._fused_edges(pair[0], edge_index)
         if edges is None:
             return super().forward(x, edge_index, size)
         x_src, x_dst = pair
         if self.project and hasattr(self, "lin"):
             x_src = self.lin(x_src).relu()
-        num_src, num_dst = _graph.num_nodes(x_src, x_dst, edges.sizes, size)
-        graph = _graph.by_destination(edges.edge_index, num_src, num_dst, self.flow)
-        out = index_weight_segment_reduce(x_src, graph.src, None, _graph.in_edge_order(edges.value, graph),
-                                          reduce=reduce, ptr=graph.ptr)
-        out = self.lin_l(out)
+        out = self.lin_l(self._aggregate_neighbours(x_src, x_dst, edges, size))
         if self.root_weight and x_dst is not None:
             out = out + self.lin_r(x_dst)
         if self.normalize:
