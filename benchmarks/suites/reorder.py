@@ -19,7 +19,7 @@ import torch
 
 import pyg_fast
 from benchmarks.common import REL_TOL, Recorder, bench_methods
-from benchmarks.suites.schedule_select import GRAPHS, QUICK_GRAPHS, graph
+from benchmarks.suites.schedule_select import suite_graphs
 from benchmarks.suites.spmm import reference_spmm
 from pyg_fast.transforms import Reorder
 
@@ -46,12 +46,7 @@ def iteration(x: torch.Tensor, edge_index: torch.Tensor, weight: torch.Tensor, n
 def run(rec, device, quick: bool = False) -> None:
     torch.manual_seed(0)
     budget = QUICK_BUDGET if quick else BUDGET
-    for name in QUICK_GRAPHS if quick else GRAPHS:
-        try:
-            data = graph(name, device)
-        except FileNotFoundError as exc:
-            rec.add_failure(SUITE, f"graph {name}: {exc}")
-            continue
+    for name, data in suite_graphs(rec, SUITE, device, quick):
         num_nodes = data.num_nodes
         data.x = torch.randn(num_nodes, NUM_FEATURES, device=device)
         data.edge_weight = torch.rand(data.edge_index.size(1), device=device) + 0.5

@@ -122,15 +122,19 @@ def bench_case(rec: Recorder, device, case: dict, fn, ref: Tensor, budget) -> No
                 selector_ratio=selector["ms"] / ms if selector["ms"] else None)
 
 
+def suite_graphs(rec: Recorder, suite: str, device, quick: bool):
+    """(name, data) for each graph of these suites; a graph whose files are missing is reported."""
+    for name in QUICK_GRAPHS if quick else GRAPHS:
+        try:
+            yield name, graph(name, device)
+        except FileNotFoundError as exc:
+            rec.add_failure(suite, f"graph {name}: {exc}")
+
+
 def run(rec, device, quick: bool = False) -> None:
     torch.manual_seed(0)
     budget = QUICK_BUDGET if quick else BUDGET
-    for name in QUICK_GRAPHS if quick else GRAPHS:
-        try:
-            data = graph(name, device)
-        except FileNotFoundError as exc:
-            rec.add_failure(SUITE, f"graph {name}: {exc}")
-            continue
+    for name, data in suite_graphs(rec, SUITE, device, quick):
         src, dst = data.edge_index
         num_nodes = data.num_nodes
         for num_features in QUICK_FEATURES if quick else FEATURES:
