@@ -49,6 +49,26 @@ def test_ptr_unsorted_index_and_dim(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("heads", [1, 3, 8, 32])
+@pytest.mark.parametrize("mean_degree", [1, 3, 20, 200])
+def test_skewed_rows(device, heads, mean_degree):
+    """Short rows sharing a warp, mean degrees that pick each lane count, and rows long enough
+    for the CUDA block-per-row path (thousands of values), next to empty rows."""
+    N = 300
+    counts = torch.randint(0, 2 * mean_degree + 1, (N,))
+    counts[7], counts[100], counts[101] = 5000, 1500, 0
+    index = torch.repeat_interleave(torch.arange(N), counts).to(device)
+    src = torch.randn(index.numel(), heads, device=device, dtype=torch.float64).mul_(3).requires_grad_()
+    out = edge_softmax(src.float(), index, num_nodes=N)
+    ref = reference(src, index, N)
+    assert_close(out, ref, torch.float32)
+    grad = torch.randn_like(ref)
+    (got,) = torch.autograd.grad(out, src, grad.float())
+    (want,) = torch.autograd.grad(ref, src, grad)
+    assert_close(got, want, torch.float32, scale=4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_large_values_are_stable(device):
     index = torch.tensor([0, 0, 1, 1, 1], device=device)
     src = torch.tensor([1000.0, 999.0, -1e4, -1e4 + 1, -1e4 + 2], device=device)

@@ -8,15 +8,59 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <type_traits>
+
 #include "../ops/edge_softmax.h"
 #include "kernels/edge_softmax.cuh"
 
 namespace pyg_fast::cuda {
 namespace {
 
-constexpr int kThreadKernelBlock = 256;
-
 int64_t blocks_for(int64_t work, int64_t per_block) { return (work + per_block - 1) / per_block; }
+
+// Lanes per row: enough to cover the mean row (E * H / V values) in one step, at least H
+// (a power of two), at most a warp; short rows then share a warp instead of idling 31 lanes.
+int lanes_per_row(int64_t E, int64_t H, int64_t V) {
+  const int64_t mean_values = blocks_for(E * H, V);
+  int lanes = 1;
+  while (lanes < 32 && (lanes < H || lanes < mean_values)) lanes *= 2;
+  return lanes;
+}
+
+// Runs one policy (forward or backward) over all rows of ptr.
+template <typename Policy>
+void launch_rows(const Policy& p, const at::Tensor& ptr, int64_t E, int64_t H) {
+  const int64_t V = ptr.numel() - 1;
+  const int64_t* ptr_data = ptr.const_data_ptr<int64_t>();
+  auto stream = at::cuda::getCurrentCUDAStream();
+  if (H > 32) {
+    edge_softmax_thread_kernel<<<blocks_for(V * H, kSoftmaxThreadsPerBlock), kSoftmaxThreadsPerBlock, 0, stream>>>(
+        p, ptr_data, V, E, H);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return;
+  }
+  const int heads = static_cast<int>(H);
+  auto rows = [&](auto lanes_tag) {
+    constexpr int LANES = decltype(lanes_tag)::value;
+    const int64_t rows_per_block = kSoftmaxWarpsPerBlock * (32 / LANES);
+    edge_softmax_rows_kernel<LANES><<<blocks_for(V, rows_per_block), kSoftmaxThreadsPerBlock, 0, stream>>>(
+        p, ptr_data, V, E, heads);
+  };
+  switch (lanes_per_row(E, H, V)) {
+    case 1: rows(std::integral_constant<int, 1>{}); break;
+    case 2: rows(std::integral_constant<int, 2>{}); break;
+    case 4: rows(std::integral_constant<int, 4>{}); break;
+    case 8: rows(std::integral_constant<int, 8>{}); break;
+    case 16: rows(std::integral_constant<int, 16>{}); break;
+    default: rows(std::integral_constant<int, 32>{}); break;
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (E * H > kLongRowValues) {  // else no row can be long: skip the scan
+    edge_softmax_long_rows_kernel<<<blocks_for(V, kSoftmaxThreadsPerBlock), kSoftmaxThreadsPerBlock, 0, stream>>>(
+        p, ptr_data, V, E, heads);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+}
 
 at::Tensor edge_softmax(const at::Tensor& src, const at::Tensor& ptr) {
   check_edge_softmax_args(src, ptr);
@@ -24,19 +68,10 @@ at::Tensor edge_softmax(const at::Tensor& src, const at::Tensor& ptr) {
   auto out = at::empty_like(src);
   const int64_t E = src.size(0), H = src.size(1), V = ptr.numel() - 1;
   if (V == 0 || E == 0 || H == 0) return out;
-  auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "edge_softmax_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    if (H <= 32) {
-      edge_softmax_warp_kernel<scalar_t, acc_t>
-          <<<blocks_for(V, kSoftmaxWarpsPerBlock), kSoftmaxThreadsPerBlock, 0, stream>>>(
-              src.const_data_ptr<scalar_t>(), ptr.const_data_ptr<int64_t>(), out.mutable_data_ptr<scalar_t>(),
-              V, E, static_cast<int>(H));
-    } else {
-      edge_softmax_thread_kernel<scalar_t, acc_t><<<blocks_for(V * H, kThreadKernelBlock), kThreadKernelBlock, 0, stream>>>(
-          src.const_data_ptr<scalar_t>(), ptr.const_data_ptr<int64_t>(), out.mutable_data_ptr<scalar_t>(), V, E, H);
-    }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    launch_rows(SoftmaxForward<scalar_t, acc_t>{src.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>()},
+                ptr, E, H);
   });
   return out;
 }
@@ -47,21 +82,11 @@ at::Tensor edge_softmax_backward(const at::Tensor& out, const at::Tensor& grad_o
   auto grad_src = at::empty_like(out);
   const int64_t E = out.size(0), H = out.size(1), V = ptr.numel() - 1;
   if (V == 0 || E == 0 || H == 0) return grad_src;
-  auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "edge_softmax_backward_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    if (H <= 32) {
-      edge_softmax_backward_warp_kernel<scalar_t, acc_t>
-          <<<blocks_for(V, kSoftmaxWarpsPerBlock), kSoftmaxThreadsPerBlock, 0, stream>>>(
-              out.const_data_ptr<scalar_t>(), grad_out.const_data_ptr<scalar_t>(), ptr.const_data_ptr<int64_t>(),
-              grad_src.mutable_data_ptr<scalar_t>(), V, E, static_cast<int>(H));
-    } else {
-      edge_softmax_backward_thread_kernel<scalar_t, acc_t>
-          <<<blocks_for(V * H, kThreadKernelBlock), kThreadKernelBlock, 0, stream>>>(
-              out.const_data_ptr<scalar_t>(), grad_out.const_data_ptr<scalar_t>(), ptr.const_data_ptr<int64_t>(),
-              grad_src.mutable_data_ptr<scalar_t>(), V, E, H);
-    }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    launch_rows(SoftmaxBackward<scalar_t, acc_t>{out.const_data_ptr<scalar_t>(), grad_out.const_data_ptr<scalar_t>(),
+                                                 grad_src.mutable_data_ptr<scalar_t>()},
+                ptr, E, H);
   });
   return grad_src;
 }

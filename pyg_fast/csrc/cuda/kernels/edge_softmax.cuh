@@ -2,53 +2,148 @@
 // launches them.
 //
 // Values are [E, H], edges grouped by destination row through ptr, so the values of one row
-// are the contiguous range [ptr[r] * H, ptr[r + 1] * H). One warp owns one row: it strides
-// over that range with step `width` = (32 / H) * H, so lane l always sees head l % H and the
-// loads are coalesced. Lanes of the same head are then combined with a shuffle tree over
-// lane offsets that are multiples of H, and the result is broadcast from lane h.
-// The forward pass reads the values twice: an online (max, sum) pass, then the write pass.
-// Rows with more than 32 heads use one thread per (row, head).
+// are the contiguous range [ptr[r] * H, ptr[r + 1] * H). Both passes have the same shape: a
+// reduction over the row per head (forward: running max and sum of exponentials; backward:
+// sum of out * grad), then a write pass over the same range. A policy (SoftmaxForward,
+// SoftmaxBackward) says what is loaded, folded, merged and written; two kernels say who walks
+// which row:
+//  * edge_softmax_rows_kernel: a group of LANES lanes (a power of two, H <= LANES <= 32) per
+//    row, several rows per warp when rows are short, for rows of at most kLongRowValues values.
+//    The group strides over the row with step `width` = (LANES / H) * H, so a lane always sees
+//    the same head and loads are coalesced; lanes of one head combine with a shuffle tree.
+//  * edge_softmax_long_rows_kernel: one block per long row (more than kLongRowValues values),
+//    found by each block scanning its own slice of ptr, so a row of 10^5 edges is not left to
+//    one warp (on power-law graphs that tail set the run time).
+// Loads are issued kUnroll at a time before they are used, so a lane keeps several requests in
+// flight instead of waiting for each one.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace pyg_fast::cuda {
 
-constexpr int kSoftmaxWarpsPerBlock = 8;
-constexpr int kSoftmaxThreadsPerBlock = kSoftmaxWarpsPerBlock * 32;
+constexpr int kSoftmaxThreadsPerBlock = 256;
+constexpr int kSoftmaxWarpsPerBlock = kSoftmaxThreadsPerBlock / 32;
+constexpr int kUnroll = 4;
+// Rows with more values than this go to the block-per-row kernel.
+constexpr int64_t kLongRowValues = 32 * kUnroll * 8;
 constexpr unsigned kFullWarpMask = 0xffffffffu;
 
 template <typename acc_t>
 __device__ __forceinline__ acc_t exp_acc(acc_t v) { return exp(v); }  // expf for float (exact, not __expf)
 
-// Online softmax state: running max m and sum of exp(v - m).
 template <typename acc_t>
-__device__ __forceinline__ void online_merge(acc_t& m, acc_t& s, acc_t m2, acc_t s2) {
-  if (s2 == acc_t(0)) return;  // the other side saw nothing (or only exp underflow)
-  if (s == acc_t(0)) {
-    m = m2;
-    s = s2;
-    return;
+__device__ __forceinline__ acc_t neg_inf() { return -static_cast<acc_t>(INFINITY); }
+
+// Forward: state (m, s) = running max and sum of exp(v - m); identity (-inf, 0).
+template <typename scalar_t, typename acc_t>
+struct SoftmaxForward {
+  const scalar_t* __restrict__ src;
+  scalar_t* __restrict__ out;
+  struct State {
+    acc_t m, s;
+  };
+  using Item = acc_t;
+
+  __device__ State identity() const { return {neg_inf<acc_t>(), acc_t(0)}; }
+  __device__ Item load(int64_t k) const { return static_cast<acc_t>(src[k]); }
+  __device__ static void fold(State& st, Item v) {
+    if (v > st.m) {
+      st.s = st.s * exp_acc(st.m - v) + acc_t(1);
+      st.m = v;
+    } else {
+      st.s += exp_acc(v - st.m);
+    }
   }
-  const acc_t mx = m > m2 ? m : m2;
-  s = s * exp_acc(m - mx) + s2 * exp_acc(m2 - mx);
-  m = mx;
+  __device__ static void merge(State& a, const State& b) {
+    if (b.s == acc_t(0)) return;  // the other side saw nothing
+    if (a.s == acc_t(0)) {
+      a = b;
+      return;
+    }
+    const acc_t mx = a.m > b.m ? a.m : b.m;
+    a.s = a.s * exp_acc(a.m - mx) + b.s * exp_acc(b.m - mx);
+    a.m = mx;
+  }
+  __device__ static State shfl_down(const State& st, int delta, int width) {
+    return {__shfl_down_sync(kFullWarpMask, st.m, delta, width), __shfl_down_sync(kFullWarpMask, st.s, delta, width)};
+  }
+  __device__ static State shfl(const State& st, int lane, int width) {
+    return {__shfl_sync(kFullWarpMask, st.m, lane, width), __shfl_sync(kFullWarpMask, st.s, lane, width)};
+  }
+  __device__ void store(int64_t k, Item v, const State& st) const {
+    out[k] = static_cast<scalar_t>(exp_acc(v - st.m) / (st.s + acc_t(1e-16)));
+  }
+};
+
+// Backward: grad_src = out * (grad_out - sum(out * grad_out)); state = that sum.
+template <typename scalar_t, typename acc_t>
+struct SoftmaxBackward {
+  const scalar_t* __restrict__ out;
+  const scalar_t* __restrict__ grad_out;
+  scalar_t* __restrict__ grad_src;
+  struct State {
+    acc_t dot;
+  };
+  struct Item {
+    acc_t y, g;
+  };
+
+  __device__ State identity() const { return {acc_t(0)}; }
+  __device__ Item load(int64_t k) const { return {static_cast<acc_t>(out[k]), static_cast<acc_t>(grad_out[k])}; }
+  __device__ static void fold(State& st, Item it) { st.dot += it.y * it.g; }
+  __device__ static void merge(State& a, const State& b) { a.dot += b.dot; }
+  __device__ static State shfl_down(const State& st, int delta, int width) {
+    return {__shfl_down_sync(kFullWarpMask, st.dot, delta, width)};
+  }
+  __device__ static State shfl(const State& st, int lane, int width) {
+    return {__shfl_sync(kFullWarpMask, st.dot, lane, width)};
+  }
+  __device__ void store(int64_t k, Item it, const State& st) const {
+    grad_src[k] = static_cast<scalar_t>(it.y * (it.g - st.dot));
+  }
+};
+
+// Folds the values [begin, end) with step `step` into st, kUnroll loads in flight.
+template <typename Policy>
+__device__ __forceinline__ void fold_range(const Policy& p, typename Policy::State& st, int64_t begin, int64_t end,
+                                           int64_t step) {
+  for (int64_t k = begin; k < end; k += step * kUnroll) {
+    typename Policy::Item items[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (k + u * step < end) items[u] = p.load(k + u * step);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (k + u * step < end) Policy::fold(st, items[u]);
+  }
 }
 
-// Reduces (a, b) over the lanes h, h + H, h + 2H, ... (group index g = lane / H < groups);
-// lane h ends up with the total, which every lane of head h then reads.
-template <typename acc_t, typename Merge>
-__device__ __forceinline__ void reduce_over_head_lanes(acc_t& a, acc_t& b, int lane, int heads, int groups,
-                                                       const Merge& merge) {
-  const int g = lane / heads;
-  for (int off = 1; off < groups; off <<= 1) {
-    const acc_t a2 = __shfl_down_sync(kFullWarpMask, a, off * heads);
-    const acc_t b2 = __shfl_down_sync(kFullWarpMask, b, off * heads);
-    if (g + off < groups) merge(a, b, a2, b2);
+template <typename Policy>
+__device__ __forceinline__ void store_range(const Policy& p, const typename Policy::State& st, int64_t begin,
+                                            int64_t end, int64_t step) {
+  for (int64_t k = begin; k < end; k += step * kUnroll) {
+    typename Policy::Item items[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (k + u * step < end) items[u] = p.load(k + u * step);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (k + u * step < end) p.store(k + u * step, items[u], st);
   }
-  const int h = lane % heads;
-  a = __shfl_sync(kFullWarpMask, a, h);
-  b = __shfl_sync(kFullWarpMask, b, h);
+}
+
+// Merges st over the lanes of one head inside a group of `group` lanes (lanes h, h + H, ...
+// of the group); afterwards every lane holds its head's total. Called by all 32 lanes.
+template <typename Policy>
+__device__ __forceinline__ void reduce_head_lanes(typename Policy::State& st, int sublane, int heads, int group) {
+  const int slots = group / heads, g = sublane / heads;
+  for (int off = 1; off < slots; off <<= 1) {
+    const auto other = Policy::shfl_down(st, off * heads, group);
+    if (g + off < slots) Policy::merge(st, other);
+  }
+  st = Policy::shfl(st, sublane % heads, group);
 }
 
 // Returns whether row r has a well-formed edge range [lo, hi) (malformed rows are skipped).
@@ -59,95 +154,75 @@ __device__ __forceinline__ bool row_range(const int64_t* __restrict__ ptr, int64
   return lo >= 0 && hi >= lo && hi <= num_edges;
 }
 
-// heads <= 32. Launch with kSoftmaxThreadsPerBlock threads, ceil(num_rows / warps) blocks.
-template <typename scalar_t, typename acc_t>
-__global__ void edge_softmax_warp_kernel(const scalar_t* __restrict__ src, const int64_t* __restrict__ ptr,
-                                         scalar_t* __restrict__ out, int64_t num_rows, int64_t num_edges,
-                                         int heads) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kSoftmaxWarpsPerBlock + (threadIdx.x >> 5);
-  int64_t lo, hi;
-  if (row >= num_rows || !row_range(ptr, row, num_edges, lo, hi)) return;  // uniform per warp
-  const int groups = 32 / heads, width = groups * heads;
-  const int64_t begin = lo * heads + lane, end = hi * heads;
-  acc_t m = acc_t(0), s = acc_t(0);
-  if (lane < width) {
-    for (int64_t k = begin; k < end; k += width) {
-      const acc_t v = static_cast<acc_t>(src[k]);
-      if (s == acc_t(0)) {
-        m = v;
-        s = acc_t(1);
-      } else if (v > m) {
-        s = s * exp_acc(m - v) + acc_t(1);
-        m = v;
-      } else {
-        s += exp_acc(v - m);
-      }
-    }
-  }
-  reduce_over_head_lanes(m, s, lane, heads, groups,
-                         [](acc_t& a, acc_t& b, acc_t a2, acc_t b2) { online_merge(a, b, a2, b2); });
-  const acc_t inv = acc_t(1) / (s + acc_t(1e-16));
-  if (lane < width)
-    for (int64_t k = begin; k < end; k += width)
-      out[k] = static_cast<scalar_t>(exp_acc(static_cast<acc_t>(src[k]) - m) * inv);
+__device__ __forceinline__ bool is_long_row(int64_t lo, int64_t hi, int heads) {
+  return (hi - lo) * heads > kLongRowValues;
 }
 
-template <typename scalar_t, typename acc_t>
-__global__ void edge_softmax_backward_warp_kernel(const scalar_t* __restrict__ out,
-                                                  const scalar_t* __restrict__ grad_out,
-                                                  const int64_t* __restrict__ ptr,
-                                                  scalar_t* __restrict__ grad_src, int64_t num_rows,
-                                                  int64_t num_edges, int heads) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kSoftmaxWarpsPerBlock + (threadIdx.x >> 5);
+// heads <= LANES <= 32 (LANES a power of two). Rows of more than kLongRowValues values are left
+// to edge_softmax_long_rows_kernel. Launch with kSoftmaxThreadsPerBlock threads and
+// ceil(num_rows / (kSoftmaxWarpsPerBlock * 32 / LANES)) blocks.
+template <int LANES, typename Policy>
+__global__ void edge_softmax_rows_kernel(Policy p, const int64_t* __restrict__ ptr, int64_t num_rows,
+                                         int64_t num_edges, int heads) {
+  constexpr int kRowsPerWarp = 32 / LANES;
+  const int lane = threadIdx.x & 31, sublane = lane % LANES;
+  const int64_t warp = static_cast<int64_t>(blockIdx.x) * kSoftmaxWarpsPerBlock + (threadIdx.x >> 5);
+  const int64_t row = warp * kRowsPerWarp + lane / LANES;
+  int64_t lo = 0, hi = 0;
+  const bool active = row < num_rows && row_range(ptr, row, num_edges, lo, hi) && !is_long_row(lo, hi, heads);
+  const int width = (LANES / heads) * heads;
+  const int64_t begin = lo * heads + sublane, end = hi * heads;
+  auto st = p.identity();
+  if (active && sublane < width) fold_range(p, st, begin, end, width);
+  reduce_head_lanes<Policy>(st, sublane, heads, LANES);  // every lane takes part in the shuffles
+  if (active && sublane < width) store_range(p, st, begin, end, width);
+}
+
+// heads <= 32. Block b looks at rows [b * blockDim.x, (b + 1) * blockDim.x) and walks each long
+// one with all its threads. Launch with kSoftmaxThreadsPerBlock threads and
+// ceil(num_rows / kSoftmaxThreadsPerBlock) blocks.
+template <typename Policy>
+__global__ void edge_softmax_long_rows_kernel(Policy p, const int64_t* __restrict__ ptr, int64_t num_rows,
+                                              int64_t num_edges, int heads) {
+  __shared__ int64_t long_rows[kSoftmaxThreadsPerBlock];
+  __shared__ int num_long;
+  __shared__ typename Policy::State partial[kSoftmaxWarpsPerBlock][32];
+  if (threadIdx.x == 0) num_long = 0;
+  __syncthreads();
+  const int64_t mine = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t lo, hi;
-  if (row >= num_rows || !row_range(ptr, row, num_edges, lo, hi)) return;
-  const int groups = 32 / heads, width = groups * heads;
-  const int64_t begin = lo * heads + lane, end = hi * heads;
-  acc_t dot = acc_t(0), unused = acc_t(0);
-  if (lane < width)
-    for (int64_t k = begin; k < end; k += width)
-      dot += static_cast<acc_t>(out[k]) * static_cast<acc_t>(grad_out[k]);
-  reduce_over_head_lanes(dot, unused, lane, heads, groups,
-                         [](acc_t& a, acc_t&, acc_t a2, acc_t) { a += a2; });
-  if (lane < width)
-    for (int64_t k = begin; k < end; k += width)
-      grad_src[k] = static_cast<scalar_t>(static_cast<acc_t>(out[k]) * (static_cast<acc_t>(grad_out[k]) - dot));
+  if (mine < num_rows && row_range(ptr, mine, num_edges, lo, hi) && is_long_row(lo, hi, heads))
+    long_rows[atomicAdd(&num_long, 1)] = mine;
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int width = (32 / heads) * heads;  // lanes of a warp in use; lane % heads is the head
+  const int64_t step = static_cast<int64_t>(kSoftmaxWarpsPerBlock) * width;
+  for (int i = 0; i < num_long; ++i) {
+    row_range(ptr, long_rows[i], num_edges, lo, hi);
+    const int64_t begin = lo * heads + warp * width + lane, end = hi * heads;
+    auto st = p.identity();
+    if (lane < width) fold_range(p, st, begin, end, step);
+    reduce_head_lanes<Policy>(st, lane, heads, 32);
+    if (lane < heads) partial[warp][lane] = st;
+    __syncthreads();
+    st = partial[0][lane % heads];
+    for (int w = 1; w < kSoftmaxWarpsPerBlock; ++w) Policy::merge(st, partial[w][lane % heads]);
+    if (lane < width) store_range(p, st, begin, end, step);
+    __syncthreads();  // partial is reused by the next row
+  }
 }
 
 // Any number of heads: one thread per (row, head), sequential over the row's edges.
-template <typename scalar_t, typename acc_t>
-__global__ void edge_softmax_thread_kernel(const scalar_t* __restrict__ src, const int64_t* __restrict__ ptr,
-                                           scalar_t* __restrict__ out, int64_t num_rows, int64_t num_edges,
-                                           int64_t heads) {
+template <typename Policy>
+__global__ void edge_softmax_thread_kernel(Policy p, const int64_t* __restrict__ ptr, int64_t num_rows,
+                                           int64_t num_edges, int64_t heads) {
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t lo, hi;
   if (t >= num_rows * heads || !row_range(ptr, t / heads, num_edges, lo, hi)) return;
   const int64_t h = t % heads;
-  acc_t m = acc_t(0), s = acc_t(0);
-  for (int64_t e = lo; e < hi; ++e) online_merge(m, s, static_cast<acc_t>(src[e * heads + h]), acc_t(1));
-  const acc_t inv = acc_t(1) / (s + acc_t(1e-16));
-  for (int64_t e = lo; e < hi; ++e)
-    out[e * heads + h] = static_cast<scalar_t>(exp_acc(static_cast<acc_t>(src[e * heads + h]) - m) * inv);
-}
-
-template <typename scalar_t, typename acc_t>
-__global__ void edge_softmax_backward_thread_kernel(const scalar_t* __restrict__ out,
-                                                    const scalar_t* __restrict__ grad_out,
-                                                    const int64_t* __restrict__ ptr,
-                                                    scalar_t* __restrict__ grad_src, int64_t num_rows,
-                                                    int64_t num_edges, int64_t heads) {
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t lo, hi;
-  if (t >= num_rows * heads || !row_range(ptr, t / heads, num_edges, lo, hi)) return;
-  const int64_t h = t % heads;
-  acc_t dot = acc_t(0);
-  for (int64_t e = lo; e < hi; ++e)
-    dot += static_cast<acc_t>(out[e * heads + h]) * static_cast<acc_t>(grad_out[e * heads + h]);
-  for (int64_t e = lo; e < hi; ++e)
-    grad_src[e * heads + h] = static_cast<scalar_t>(
-        static_cast<acc_t>(out[e * heads + h]) * (static_cast<acc_t>(grad_out[e * heads + h]) - dot));
+  auto st = p.identity();
+  fold_range(p, st, lo * heads + h, hi * heads, heads);
+  store_range(p, st, lo * heads + h, hi * heads, heads);
 }
 
 }  // namespace pyg_fast::cuda
