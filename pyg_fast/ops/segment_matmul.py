@@ -45,7 +45,10 @@ def segment_matmul(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Te
     if ptr.device.type != "cpu" and ptr.device != inputs.device:
         raise ValueError(f"pyg_fast: 'ptr' must be on the CPU or on {inputs.device}, got {ptr.device}")
     ptr = _layout.ptr_layout(ptr, inputs.size(0), covers_all=True).ptr
-    return torch.ops.pyg_fast.segment_matmul(inputs.contiguous(), ptr, other.contiguous(), bias, deterministic)
+    args = (inputs.contiguous(), ptr, other.contiguous(), bias, deterministic)
+    if inputs.is_cuda and not _layout._compiling(inputs, other):
+        return _EagerCUDA.apply(*args)
+    return torch.ops.pyg_fast.segment_matmul(*args)
 
 
 def gather_segment_matmul(inputs: Tensor, types: Tensor, other: Tensor, bias: Optional[Tensor] = None, *,
@@ -109,20 +112,44 @@ def _setup_context(ctx, inputs, output):
     ctx.deterministic = deterministic
 
 
-def _backward(ctx, grad: Tensor):
+def _gradients(ctx, grad: Tensor, matmul, weight_grad):
+    """Gradients w.r.t. (inputs, ptr, other, bias, deterministic); ``matmul(g, ptr, w)`` and
+    ``weight_grad(x, ptr, g, deterministic)`` run the kernels."""
     x, ptr, other = ctx.saved_tensors
     grad = grad.contiguous()
     deterministic = _use_deterministic(ctx.deterministic)
     grad_x = grad_other = grad_bias = None
-    needs = ctx.needs_input_grad  # trailing defaulted arguments are left out
+    needs = ctx.needs_input_grad  # the registered op leaves out trailing defaulted arguments
     if needs[0]:
-        grad_x = torch.ops.pyg_fast.segment_matmul(grad, ptr, other.transpose(1, 2).contiguous(), None, deterministic)
+        grad_x = matmul(grad, ptr, other.transpose(1, 2))
     if needs[2]:
-        grad_other = torch.ops.pyg_fast.segment_matmul_weight_grad(x, ptr, grad, deterministic)
+        grad_other = weight_grad(x, ptr, grad, deterministic)
     if len(needs) > 3 and needs[3]:
         from pyg_fast.ops.segment_reduce import segment_reduce
         grad_bias = segment_reduce(grad, ptr=_ptr_on(ptr, grad.device), reduce="sum")
     return (grad_x, None, grad_other, grad_bias, None)[:len(needs)]
+
+
+def _backward(ctx, grad: Tensor):
+    return _gradients(ctx, grad,
+                      lambda g, p, w: torch.ops.pyg_fast.segment_matmul(g, p, w.contiguous(), None, None),
+                      torch.ops.pyg_fast.segment_matmul_weight_grad)
+
+
+class _EagerCUDA(torch.autograd.Function):
+    """The registered op's CUDA kernels and gradients, called without the dispatcher and the
+    custom-op autograd wrappers: in eager mode those cost tens of microseconds per call, which
+    is most of a small heterogeneous layer's step. ``torch.compile`` traces the registered op."""
+
+    @staticmethod
+    def forward(ctx, inputs, ptr, other, bias, deterministic):
+        _setup_context(ctx, (inputs, ptr, other, bias, deterministic), None)
+        return _cuda_segment_matmul(inputs, ptr, other, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        # Triton reads the transposed weights through their strides: no copy.
+        return _gradients(ctx, grad, lambda g, p, w: _cuda_segment_matmul(g, p, w), _cuda_weight_grad)
 
 
 def _ptr_on(ptr: Tensor, device: torch.device) -> Tensor:
