@@ -40,11 +40,13 @@ void launch_rows(const Policy& p, const at::Tensor& ptr, int64_t E, int64_t H) {
     return;
   }
   const int heads = static_cast<int>(H);
+  // Long-row blocks only where a row can be long: a second scan costs a launch's latency.
+  const int64_t long_blocks = E * H > kLongRowValues ? blocks_for(V, kSoftmaxThreadsPerBlock) : 0;
   auto rows = [&](auto lanes_tag) {
     constexpr int LANES = decltype(lanes_tag)::value;
-    const int64_t rows_per_block = kSoftmaxWarpsPerBlock * (32 / LANES);
-    edge_softmax_rows_kernel<LANES><<<blocks_for(V, rows_per_block), kSoftmaxThreadsPerBlock, 0, stream>>>(
-        p, ptr_data, V, E, heads);
+    const int64_t short_blocks = blocks_for(V, kSoftmaxWarpsPerBlock * (32 / LANES));
+    edge_softmax_rows_kernel<LANES><<<short_blocks + long_blocks, kSoftmaxThreadsPerBlock, 0, stream>>>(
+        p, ptr_data, V, E, heads, short_blocks);
   };
   switch (lanes_per_row(E, H, V)) {
     case 1: rows(std::integral_constant<int, 1>{}); break;
@@ -55,11 +57,6 @@ void launch_rows(const Policy& p, const at::Tensor& ptr, int64_t E, int64_t H) {
     default: rows(std::integral_constant<int, 32>{}); break;
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  if (E * H > kLongRowValues) {  // else no row can be long: skip the scan
-    edge_softmax_long_rows_kernel<<<blocks_for(V, kSoftmaxThreadsPerBlock), kSoftmaxThreadsPerBlock, 0, stream>>>(
-        p, ptr_data, V, E, heads);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
 }
 
 at::Tensor edge_softmax(const at::Tensor& src, const at::Tensor& ptr) {

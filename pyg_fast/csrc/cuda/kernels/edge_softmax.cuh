@@ -5,15 +5,15 @@
 // are the contiguous range [ptr[r] * H, ptr[r + 1] * H). Both passes have the same shape: a
 // reduction over the row per head (forward: running max and sum of exponentials; backward:
 // sum of out * grad), then a write pass over the same range. A policy (SoftmaxForward,
-// SoftmaxBackward) says what is loaded, folded, merged and written; two kernels say who walks
-// which row:
-//  * edge_softmax_rows_kernel: a group of LANES lanes (a power of two, H <= LANES <= 32) per
-//    row, several rows per warp when rows are short, for rows of at most kLongRowValues values.
-//    The group strides over the row with step `width` = (LANES / H) * H, so a lane always sees
-//    the same head and loads are coalesced; lanes of one head combine with a shuffle tree.
-//  * edge_softmax_long_rows_kernel: one block per long row (more than kLongRowValues values),
-//    found by each block scanning its own slice of ptr, so a row of 10^5 edges is not left to
-//    one warp (on power-law graphs that tail set the run time).
+// SoftmaxBackward) says what is loaded, folded, merged and written; edge_softmax_rows_kernel
+// says who walks which row, with two kinds of blocks in one launch:
+//  * short-row blocks: a group of LANES lanes (a power of two, H <= LANES <= 32) per row,
+//    several rows per warp when rows are short, for rows of at most kLongRowValues values. The
+//    group strides over the row with step `width` = (LANES / H) * H, so a lane always sees the
+//    same head and loads are coalesced; lanes of one head combine with a shuffle tree.
+//  * long-row blocks (the last ones of the grid): each scans its own slice of ptr and walks
+//    every long row in it with all its threads, so a row of 10^5 edges is not left to one warp
+//    (on power-law graphs that tail set the run time).
 // Loads are issued kUnroll at a time before they are used, so a lane keeps several requests in
 // flight instead of waiting for each one.
 #pragma once
@@ -158,16 +158,13 @@ __device__ __forceinline__ bool is_long_row(int64_t lo, int64_t hi, int heads) {
   return (hi - lo) * heads > kLongRowValues;
 }
 
-// heads <= LANES <= 32 (LANES a power of two). Rows of more than kLongRowValues values are left
-// to edge_softmax_long_rows_kernel. Launch with kSoftmaxThreadsPerBlock threads and
-// ceil(num_rows / (kSoftmaxWarpsPerBlock * 32 / LANES)) blocks.
+// Short rows: heads <= LANES <= 32 (LANES a power of two); `first_row` is this block's first.
 template <int LANES, typename Policy>
-__global__ void edge_softmax_rows_kernel(Policy p, const int64_t* __restrict__ ptr, int64_t num_rows,
-                                         int64_t num_edges, int heads) {
+__device__ __forceinline__ void walk_short_rows(const Policy& p, const int64_t* __restrict__ ptr, int64_t first_row,
+                                                int64_t num_rows, int64_t num_edges, int heads) {
   constexpr int kRowsPerWarp = 32 / LANES;
   const int lane = threadIdx.x & 31, sublane = lane % LANES;
-  const int64_t warp = static_cast<int64_t>(blockIdx.x) * kSoftmaxWarpsPerBlock + (threadIdx.x >> 5);
-  const int64_t row = warp * kRowsPerWarp + lane / LANES;
+  const int64_t row = first_row + (threadIdx.x >> 5) * kRowsPerWarp + lane / LANES;
   int64_t lo = 0, hi = 0;
   const bool active = row < num_rows && row_range(ptr, row, num_edges, lo, hi) && !is_long_row(lo, hi, heads);
   const int width = (LANES / heads) * heads;
@@ -178,18 +175,16 @@ __global__ void edge_softmax_rows_kernel(Policy p, const int64_t* __restrict__ p
   if (active && sublane < width) store_range(p, st, begin, end, width);
 }
 
-// heads <= 32. Block b looks at rows [b * blockDim.x, (b + 1) * blockDim.x) and walks each long
-// one with all its threads. Launch with kSoftmaxThreadsPerBlock threads and
-// ceil(num_rows / kSoftmaxThreadsPerBlock) blocks.
+// Long rows among [first_row, first_row + blockDim.x), each walked by the whole block (heads <= 32).
 template <typename Policy>
-__global__ void edge_softmax_long_rows_kernel(Policy p, const int64_t* __restrict__ ptr, int64_t num_rows,
-                                              int64_t num_edges, int heads) {
+__device__ __forceinline__ void walk_long_rows(const Policy& p, const int64_t* __restrict__ ptr, int64_t first_row,
+                                               int64_t num_rows, int64_t num_edges, int heads) {
   __shared__ int64_t long_rows[kSoftmaxThreadsPerBlock];
   __shared__ int num_long;
   __shared__ typename Policy::State partial[kSoftmaxWarpsPerBlock][32];
   if (threadIdx.x == 0) num_long = 0;
   __syncthreads();
-  const int64_t mine = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t mine = first_row + threadIdx.x;
   int64_t lo, hi;
   if (mine < num_rows && row_range(ptr, mine, num_edges, lo, hi) && is_long_row(lo, hi, heads))
     long_rows[atomicAdd(&num_long, 1)] = mine;
@@ -209,6 +204,21 @@ __global__ void edge_softmax_long_rows_kernel(Policy p, const int64_t* __restric
     for (int w = 1; w < kSoftmaxWarpsPerBlock; ++w) Policy::merge(st, partial[w][lane % heads]);
     if (lane < width) store_range(p, st, begin, end, step);
     __syncthreads();  // partial is reused by the next row
+  }
+}
+
+// heads <= LANES <= 32. Launch with kSoftmaxThreadsPerBlock threads and short_blocks +
+// long_blocks blocks: short_blocks = ceil(num_rows / (kSoftmaxWarpsPerBlock * 32 / LANES)),
+// long_blocks = ceil(num_rows / kSoftmaxThreadsPerBlock), or 0 when no row can be long.
+template <int LANES, typename Policy>
+__global__ void edge_softmax_rows_kernel(Policy p, const int64_t* __restrict__ ptr, int64_t num_rows,
+                                         int64_t num_edges, int heads, int64_t short_blocks) {
+  if (blockIdx.x < short_blocks) {
+    constexpr int64_t kRowsPerBlock = kSoftmaxWarpsPerBlock * (32 / LANES);
+    walk_short_rows<LANES>(p, ptr, static_cast<int64_t>(blockIdx.x) * kRowsPerBlock, num_rows, num_edges, heads);
+  } else {
+    walk_long_rows(p, ptr, (static_cast<int64_t>(blockIdx.x) - short_blocks) * kSoftmaxThreadsPerBlock, num_rows,
+                   num_edges, heads);
   }
 }
 
