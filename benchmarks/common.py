@@ -28,7 +28,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 REL_TOL = {torch.float64: 1e-10, torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}
 
 # Timing budgets in milliseconds (warm-up, measurement), as triton's do_bench takes them.
-FULL_BUDGET = (25, 100)
+# PYG_FAST_BENCH_BUDGET="10,40" shortens a run that must fit a device call.
+FULL_BUDGET = tuple(float(v) for v in os.getenv("PYG_FAST_BENCH_BUDGET", "25,100").split(","))
 QUICK_BUDGET = (0, 0)  # one warm-up call and five timed calls
 
 
@@ -36,7 +37,7 @@ def budget_for(quick: bool) -> Tuple[float, float]:
     return QUICK_BUDGET if quick else FULL_BUDGET
 
 
-def time_ms(fn: Callable[[], object], warmup: float = 25, rep: float = 100,
+def time_ms(fn: Callable[[], object], warmup: float = FULL_BUDGET[0], rep: float = FULL_BUDGET[1],
             device: Optional[torch.device] = None) -> float:
     """Median milliseconds of one call of ``fn`` after warm-up.
 

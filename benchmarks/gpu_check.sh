@@ -17,6 +17,7 @@
 # Environment switches, for partial runs:
 #   SUITES=segment_reduce,spmm   benchmark suites to run (default: all)
 #   QUICK=1                      benchmarks on the small graphs only
+#   PYG_FAST_BENCH_BUDGET=10,40  warm-up and measurement ms per timing (default 25,100)
 #   BENCH_DEVICE=cpu             benchmark another device (a dry run of this script on a CPU machine)
 #   SKIP_BUILD=1                 reuse the extension already built in the tree
 #   SKIP_TORCH_SCATTER=1         do not build torch_scatter
