@@ -1,8 +1,8 @@
 // CUDA kernels of the sampled dense-dense edge ops (sddmm). Torch-free: ../sddmm.cu launches them.
 //
 // a [Na, H, D], b [Nb, H, D]; edge e joins row a_index[e] of a with row b_index[e] of b.
-//  * dot: one group of LANES threads per (edge, head) pair, kSddmmPairsPerGroup pairs per step
-//    with all their loads in flight; each lane loads VEC consecutive features at a time (16-byte loads where D allows) and the group sums its partial dot
+//  * dot: one group of LANES threads per (edge, head) pair; each lane loads VEC consecutive
+//    features at a time (16-byte loads where D allows) and the group sums its partial dot
 //    products with an xor-shuffle tree of log2(LANES) steps. LANES is adapted to D (the
 //    smallest power of two with LANES * VEC >= D, at most 32: G-Sparse's adaptive warp
 //    shuffle), so small D packs several pairs into one warp instead of idling lanes.
@@ -35,67 +35,44 @@ __device__ __forceinline__ bool in_range(int64_t i, int64_t n) {
   return static_cast<uint64_t>(i) < static_cast<uint64_t>(n);
 }
 
-// Pairs a group works on per step of the grid-stride loop: their index and row loads are all
-// issued before any is used, so a group keeps several gathers in flight instead of waiting on
-// one dependent chain (index -> rows -> shuffle) at a time.
-constexpr int kSddmmPairsPerGroup = 4;
-
-// out [E, H]. Grid-stride over the E * H pairs, (blockDim.x / LANES) groups per block.
+// out [E, H]. Grid-stride over the E * H pairs, (blockDim.x / LANES) pairs per block step.
 template <typename scalar_t, typename acc_t, int LANES, int VEC>
 __global__ void sddmm_dot_kernel(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b,
                                  const int64_t* __restrict__ a_index, const int64_t* __restrict__ b_index,
                                  scalar_t* __restrict__ out, int64_t num_edges, int64_t heads, int64_t dim,
                                  int64_t num_a, int64_t num_b) {
   static_assert(LANES >= 1 && LANES <= 32 && (LANES & (LANES - 1)) == 0, "LANES: power of two <= 32");
-  constexpr int U = kSddmmPairsPerGroup;
   const int lane = threadIdx.x % LANES;
   const int64_t pairs = num_edges * heads;
   const int64_t groups_per_grid = static_cast<int64_t>(gridDim.x) * (blockDim.x / LANES);
-  const int group_in_warp = (threadIdx.x % 32) / LANES;
-  // Every lane of a warp runs the same number of iterations (the loop bound is the warp's first
-  // group), so the shuffles below always see the full warp.
-  const int64_t warp_first = static_cast<int64_t>(blockIdx.x) * (blockDim.x / LANES) + threadIdx.x / LANES -
-                             group_in_warp;
-  for (int64_t base = warp_first; base < pairs; base += groups_per_grid * U) {
-    const scalar_t* ra[U];
-    const scalar_t* rb[U];
-    bool valid[U];
+  // Every lane of a warp runs the same number of iterations (pairs are rounded up per warp),
+  // so the shuffles below always see the full warp.
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * (blockDim.x / LANES) + threadIdx.x / LANES;
+  const int64_t warp_first = first - (threadIdx.x % 32) / LANES;
+  for (int64_t base = warp_first; base < pairs; base += groups_per_grid) {
+    const int64_t pair = base + (threadIdx.x % 32) / LANES;
+    acc_t acc = acc_t(0);
+    bool valid = false;
+    int64_t e = 0, h = 0;
+    if (pair < pairs) {
+      e = pair / heads;
+      h = pair % heads;
+      const int64_t i = a_index[e], j = b_index[e];
+      valid = in_range(i, num_a) && in_range(j, num_b);
+      if (valid) {
+        const scalar_t* ra = a + (i * heads + h) * dim;
+        const scalar_t* rb = b + (j * heads + h) * dim;
+        for (int64_t d = static_cast<int64_t>(lane) * VEC; d < dim; d += static_cast<int64_t>(LANES) * VEC) {
+          const auto va = *reinterpret_cast<const SddmmVec<scalar_t, VEC>*>(ra + d);
+          const auto vb = *reinterpret_cast<const SddmmVec<scalar_t, VEC>*>(rb + d);
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t pair = base + u * groups_per_grid + group_in_warp;
-      valid[u] = false;
-      if (pair < pairs) {
-        const int64_t e = pair / heads, h = pair % heads;
-        const int64_t i = a_index[e], j = b_index[e];
-        valid[u] = in_range(i, num_a) && in_range(j, num_b);
-        ra[u] = a + (i * heads + h) * dim;
-        rb[u] = b + (j * heads + h) * dim;
+          for (int k = 0; k < VEC; ++k) acc += static_cast<acc_t>(va.v[k]) * static_cast<acc_t>(vb.v[k]);
+        }
       }
     }
-    acc_t acc[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) acc[u] = acc_t(0);
-    for (int64_t d = static_cast<int64_t>(lane) * VEC; d < dim; d += static_cast<int64_t>(LANES) * VEC) {
-      SddmmVec<scalar_t, VEC> va[U], vb[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (valid[u]) {
-          va[u] = *reinterpret_cast<const SddmmVec<scalar_t, VEC>*>(ra[u] + d);
-          vb[u] = *reinterpret_cast<const SddmmVec<scalar_t, VEC>*>(rb[u] + d);
-        }
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (valid[u])
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) acc[u] += static_cast<acc_t>(va[u].v[k]) * static_cast<acc_t>(vb[u].v[k]);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-#pragma unroll
-      for (int off = LANES / 2; off > 0; off >>= 1) acc[u] += __shfl_xor_sync(0xffffffffu, acc[u], off, LANES);
-      const int64_t pair = base + u * groups_per_grid + group_in_warp;
-      if (pair < pairs && lane == 0) out[pair] = valid[u] ? static_cast<scalar_t>(acc[u]) : scalar_t(0);
-    }
+    for (int off = LANES / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off, LANES);
+    if (pair < pairs && lane == 0) out[e * heads + h] = valid ? static_cast<scalar_t>(acc) : scalar_t(0);
   }
 }
 
