@@ -105,10 +105,11 @@ struct SoftmaxBackward {
   }
 };
 
-// Folds the values [begin, end) with step `step` into st, kUnroll loads in flight.
-template <typename Policy>
-__device__ __forceinline__ void fold_range(const Policy& p, typename Policy::State& st, int64_t begin, int64_t end,
-                                           int64_t step) {
+// Calls visit(k, item) for the values k = begin, begin + step, ... < end, with kUnroll loads in
+// flight before the first of them is used.
+template <typename Policy, typename Visit>
+__device__ __forceinline__ void visit_range(const Policy& p, int64_t begin, int64_t end, int64_t step,
+                                            const Visit& visit) {
   for (int64_t k = begin; k < end; k += step * kUnroll) {
     typename Policy::Item items[kUnroll];
 #pragma unroll
@@ -116,22 +117,20 @@ __device__ __forceinline__ void fold_range(const Policy& p, typename Policy::Sta
       if (k + u * step < end) items[u] = p.load(k + u * step);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (k + u * step < end) Policy::fold(st, items[u]);
+      if (k + u * step < end) visit(k + u * step, items[u]);
   }
+}
+
+template <typename Policy>
+__device__ __forceinline__ void fold_range(const Policy& p, typename Policy::State& st, int64_t begin, int64_t end,
+                                           int64_t step) {
+  visit_range(p, begin, end, step, [&](int64_t, const typename Policy::Item& item) { Policy::fold(st, item); });
 }
 
 template <typename Policy>
 __device__ __forceinline__ void store_range(const Policy& p, const typename Policy::State& st, int64_t begin,
                                             int64_t end, int64_t step) {
-  for (int64_t k = begin; k < end; k += step * kUnroll) {
-    typename Policy::Item items[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (k + u * step < end) items[u] = p.load(k + u * step);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (k + u * step < end) p.store(k + u * step, items[u], st);
-  }
+  visit_range(p, begin, end, step, [&](int64_t k, const typename Policy::Item& item) { p.store(k, item, st); });
 }
 
 // Merges st over the lanes of one head inside a group of `group` lanes (lanes h, h + H, ...
