@@ -12,6 +12,22 @@ import torch.nn.functional as F
 DATASETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "datasets", "planetoid")
 
 
+class TwoLayerNet(torch.nn.Module):
+    """The two-layer node classifier of PyG's Planetoid examples: dropout, conv1, activation,
+    dropout, conv2. The layers keep PyG's attribute names (conv1, conv2) for the converter."""
+
+    def __init__(self, conv1: torch.nn.Module, conv2: torch.nn.Module, dropout: float = 0.5, act=F.relu):
+        super().__init__()
+        self.conv1, self.conv2 = conv1, conv2
+        self.dropout, self.act = dropout, act
+
+    def forward(self, x, edge_index):
+        x = F.dropout(x, p=self.dropout, training=self.training)
+        x = self.act(self.conv1(x, edge_index))
+        x = F.dropout(x, p=self.dropout, training=self.training)
+        return self.conv2(x, edge_index)
+
+
 def parse_args(description: str, epochs: int, lr: float, weight_decay: float = 5e-4):
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--dataset", default="Cora", choices=["Cora", "CiteSeer"])

@@ -1,23 +1,13 @@
 """GCN on Cora / CiteSeer, as PyG's examples/gcn.py; `--backend pyg_fast` converts the model."""
 import torch
-import torch.nn.functional as F
 from torch_geometric.nn import GCNConv
 
-from _common import load_planetoid, parse_args, run
+from _common import TwoLayerNet, load_planetoid, parse_args, run
 
 
-class GCN(torch.nn.Module):
-    def __init__(self, in_channels, hidden_channels, out_channels):
-        super().__init__()
-        self.conv1 = GCNConv(in_channels, hidden_channels, cached=True)
-        self.conv2 = GCNConv(hidden_channels, out_channels, cached=True)
-
-    def forward(self, x, edge_index):
-        x = F.dropout(x, p=0.5, training=self.training)
-        x = self.conv1(x, edge_index).relu()
-        x = F.dropout(x, p=0.5, training=self.training)
-        return self.conv2(x, edge_index)
-
+def GCN(in_channels, hidden_channels, out_channels):
+    return TwoLayerNet(GCNConv(in_channels, hidden_channels, cached=True),
+                       GCNConv(hidden_channels, out_channels, cached=True))
 
 if __name__ == "__main__":
     args = parse_args("GCN node classification", epochs=200, lr=0.01)

@@ -1,23 +1,13 @@
 """GIN (2 layers, MLP updates) on Cora / CiteSeer; `--backend pyg_fast` converts the model."""
 import torch
-import torch.nn.functional as F
 from torch_geometric.nn import MLP, GINConv
 
-from _common import load_planetoid, parse_args, run
+from _common import TwoLayerNet, load_planetoid, parse_args, run
 
 
-class GIN(torch.nn.Module):
-    def __init__(self, in_channels, hidden_channels, out_channels):
-        super().__init__()
-        self.conv1 = GINConv(MLP([in_channels, hidden_channels, hidden_channels]), train_eps=True)
-        self.conv2 = GINConv(MLP([hidden_channels, hidden_channels, out_channels], norm=None), train_eps=True)
-
-    def forward(self, x, edge_index):
-        x = F.dropout(x, p=0.5, training=self.training)
-        x = self.conv1(x, edge_index).relu()
-        x = F.dropout(x, p=0.5, training=self.training)
-        return self.conv2(x, edge_index)
-
+def GIN(in_channels, hidden_channels, out_channels):
+    return TwoLayerNet(GINConv(MLP([in_channels, hidden_channels, hidden_channels]), train_eps=True),
+                       GINConv(MLP([hidden_channels, hidden_channels, out_channels], norm=None), train_eps=True))
 
 if __name__ == "__main__":
     args = parse_args("GIN node classification", epochs=200, lr=0.01)

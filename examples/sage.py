@@ -1,23 +1,12 @@
 """GraphSAGE (mean) on Cora / CiteSeer; `--backend pyg_fast` converts the model."""
 import torch
-import torch.nn.functional as F
 from torch_geometric.nn import SAGEConv
 
-from _common import load_planetoid, parse_args, run
+from _common import TwoLayerNet, load_planetoid, parse_args, run
 
 
-class SAGE(torch.nn.Module):
-    def __init__(self, in_channels, hidden_channels, out_channels):
-        super().__init__()
-        self.conv1 = SAGEConv(in_channels, hidden_channels)
-        self.conv2 = SAGEConv(hidden_channels, out_channels)
-
-    def forward(self, x, edge_index):
-        x = F.dropout(x, p=0.5, training=self.training)
-        x = self.conv1(x, edge_index).relu()
-        x = F.dropout(x, p=0.5, training=self.training)
-        return self.conv2(x, edge_index)
-
+def SAGE(in_channels, hidden_channels, out_channels):
+    return TwoLayerNet(SAGEConv(in_channels, hidden_channels), SAGEConv(hidden_channels, out_channels))
 
 if __name__ == "__main__":
     args = parse_args("GraphSAGE node classification", epochs=200, lr=0.01)
