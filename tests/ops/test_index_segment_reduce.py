@@ -44,6 +44,45 @@ def test_forward_matches_float64(device, dtype, reduce, weight_shape):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("num_features", [1, 2, 3, 4, 8, 16, 17, 64])
+@pytest.mark.parametrize("weight_shape", [None, "E", "EH"])
+def test_feature_counts_match_float64(device, dtype, reduce, num_features, weight_shape):
+    """Every code path of the CPU kernel: feature counts compiled as constants (1, 2, 4, 8, 16;
+    max/min up to 4) and the runtime loop around them, rows prefetched (>= 64 bytes) or not,
+    one weight per edge or per head; empty segments and a hub."""
+    num_nodes, num_edges, num_dst = 90, 700, 60
+    heads = 2 if num_features % 2 == 0 else 1
+    src, dst = random_graph(num_nodes, num_edges, num_dst, device)
+    x = torch.randn(num_nodes, num_features, device=device).to(dtype)
+    weight = {None: None, "E": torch.rand(num_edges, device=device) + 0.5,
+              "EH": torch.rand(num_edges, heads, device=device) + 0.5}[weight_shape]
+    weight = weight.to(dtype) if weight is not None else None
+    poison_allocator(num_dst * num_features * 2, device)
+    out = pyg_fast.index_weight_segment_reduce(x, src, dst, weight, num_dst, reduce)
+    assert out.shape == (num_dst, num_features) and out.dtype == dtype
+    assert_close(out, reference(x, src, dst, weight, num_dst, reduce), dtype)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("num_features", [2, 5, 64])
+def test_cpu_threads_split_rows(threads, reduce, num_features):
+    """Rows split over threads in ranges of equal work, on a graph with a hub and empty segments."""
+    src, dst, num_nodes = schedule_test_graph("power_law", "cpu")
+    x = torch.randn(num_nodes, num_features)
+    weight = torch.rand(src.numel()) + 0.5
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out = pyg_fast.index_weight_segment_reduce(x, src, dst, weight, num_nodes, reduce)
+    finally:
+        torch.set_num_threads(previous)
+    assert_close(out, reference(x, src, dst, weight, num_nodes, reduce), torch.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("num_features", [1, 3, 300])
 def test_feature_sizes_unsorted_and_ptr(device, num_features):
     src, dst = random_graph(40, 300, 30, device)

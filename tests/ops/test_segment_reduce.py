@@ -21,7 +21,7 @@ def random_index(num_rows: int, dim_size: int, device, huge_segment: bool = Fals
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("reduce", REDUCES)
-@pytest.mark.parametrize("num_features", [1, 3, 64, 300])
+@pytest.mark.parametrize("num_features", [1, 2, 3, 4, 8, 16, 17, 64, 300])
 def test_forward_matches_float64(device, dtype, reduce, num_features):
     num_rows, dim_size = 400, 60
     index = random_index(num_rows, dim_size, device)
@@ -58,6 +58,23 @@ def test_dim_and_non_contiguous(device, reduce):
     assert_close(out, scatter_reference(src, index, 12, reduce, dim=1), torch.float32)
     out = pyg_fast.segment_reduce(src, index[torch.randperm(50, device=device)], dim_size=12, reduce=reduce, dim=-2)
     assert out.shape == (3, 12, 8)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("num_features", [2, 5])
+def test_cpu_threads_split_batched_rows(threads, reduce, num_features):
+    """Rows of every batch split over threads in ranges of equal work: a range may start or end
+    inside a batch, next to a segment holding most rows or an empty one."""
+    index = random_index(20_000, 500, "cpu", huge_segment=True)
+    src = torch.randn(3, 20_000, num_features)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out = pyg_fast.segment_reduce(src, index, dim_size=500, reduce=reduce, dim=1)
+    finally:
+        torch.set_num_threads(previous)
+    assert_close(out, scatter_reference(src, index, 500, reduce, dim=1), torch.float32)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -44,7 +44,8 @@ template <typename acc_t>
 struct Reducer<Reduce::Max, acc_t> {
   static PF_HOST_DEVICE acc_t init() { return -std::numeric_limits<acc_t>::infinity(); }
   static PF_HOST_DEVICE acc_t update(acc_t acc, acc_t v) {
-    return (v > acc || v != v) ? v : acc;
+    const acc_t larger = v > acc ? v : acc;  // a maxss on x86: no branch
+    return v != v ? v : larger;
   }
   static PF_HOST_DEVICE acc_t finalize(acc_t acc, int64_t count) {
     return count > 0 ? acc : acc_t(0);
@@ -55,7 +56,8 @@ template <typename acc_t>
 struct Reducer<Reduce::Min, acc_t> {
   static PF_HOST_DEVICE acc_t init() { return std::numeric_limits<acc_t>::infinity(); }
   static PF_HOST_DEVICE acc_t update(acc_t acc, acc_t v) {
-    return (v < acc || v != v) ? v : acc;
+    const acc_t smaller = v < acc ? v : acc;  // a minss on x86: no branch
+    return v != v ? v : smaller;
   }
   static PF_HOST_DEVICE acc_t finalize(acc_t acc, int64_t count) {
     return count > 0 ? acc : acc_t(0);

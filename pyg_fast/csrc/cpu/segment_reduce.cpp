@@ -29,6 +29,7 @@ at::Tensor segment_reduce(const at::Tensor& src, const at::Tensor& ptr, c10::str
             const scalar_t* row = s + (b * E + e) * F;
             for (int64_t f = 0; f < nf; ++f)
               acc[f] = Reducer<R, acc_t>::update(acc[f], static_cast<acc_t>(row[f]));
+            return true;
           },
           [&](const acc_t* acc, int64_t b, int64_t r, int64_t count, auto nf) {
             scalar_t* row = o + (b * V + r) * F;
@@ -62,10 +63,11 @@ at::Tensor segment_reduce_backward(const at::Tensor& grad_out, const std::option
     for_each_segment<acc_t, Reduce::Sum>(
         p, B, V, F, E,
         [&](acc_t* ties, int64_t b, int64_t r, int64_t e, auto nf) {
-          if (!extremum) return;
+          if (!extremum) return true;
           const scalar_t* row = s + (b * E + e) * F;
           const scalar_t* best = o + (b * V + r) * F;
           for (int64_t f = 0; f < nf; ++f) ties[f] += row[f] == best[f] ? acc_t(1) : acc_t(0);
+          return true;
         },
         [&](const acc_t* ties, int64_t b, int64_t r, int64_t count, auto nf) {
           const scalar_t* g = go + (b * V + r) * F;
