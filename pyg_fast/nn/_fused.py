@@ -7,7 +7,7 @@ from torch import Tensor
 from torch_geometric.nn.aggr import MaxAggregation, MeanAggregation, MinAggregation, SumAggregation
 
 from pyg_fast.nn import _graph
-from pyg_fast.ops.index_segment_reduce import index_weight_segment_reduce
+from pyg_fast.ops.index_segment_reduce import gather_reduce_csr
 
 # MessagePassing's hook registries; a registered hook needs PyG's unfused path to see messages.
 _HOOK_DICTS = (
@@ -43,8 +43,8 @@ class FusedLayer:
         """reduce over j -> i of w_ji * x_j, on the by-destination layout cached with the edges."""
         num_src, num_dst = _graph.num_nodes(x_src, x_dst, edges.sizes, size)
         graph = _graph.by_destination(edges.edge_index, num_src, num_dst, self.flow)
-        return index_weight_segment_reduce(x_src, graph.src, None, _graph.in_edge_order(edges.value, graph),
-                                           reduce=self._reduce(), ptr=graph.ptr)
+        return gather_reduce_csr(x_src, graph.src, graph.ptr, _graph.in_edge_order(edges.value, graph),
+                                 self._reduce(), graph.max_segment)
 
     @classmethod
     def _pyg_class(cls):

@@ -53,14 +53,16 @@ def unpack(edge_index, flow: str) -> Optional[Edges]:
 class Graph(NamedTuple):
     """Edges grouped by destination.
 
-    ``src``/``dst`` [E] are the endpoints in destination order, ``ptr`` [num_dst + 1]
-    the CSR pointer, ``perm`` [E] the input position of every edge in that order (None
-    when the input was already sorted by destination).
+    ``src``/``dst`` [E] are the endpoints in destination order (int64, validated), ``ptr``
+    [num_dst + 1] the CSR pointer, ``perm`` [E] the input position of every edge in that
+    order (None when the input was already sorted by destination), ``max_segment`` the
+    largest in-degree (None under torch.compile).
     """
     src: Tensor
     dst: Tensor
     ptr: Tensor
     perm: Optional[Tensor]
+    max_segment: Optional[int]
 
 
 def by_destination(edge_index: Tensor, num_src: int, num_dst: int, flow: str) -> Graph:
@@ -73,7 +75,7 @@ def by_destination(edge_index: Tensor, num_src: int, num_dst: int, flow: str) ->
         layout = _layout.coo_layout(dst, num_dst)
         if layout.perm is not None:
             src, dst = src.index_select(0, layout.perm), dst.index_select(0, layout.perm)
-        return Graph(src.contiguous(), dst.contiguous(), layout.ptr, layout.perm)
+        return Graph(src.contiguous(), dst.contiguous(), layout.ptr, layout.perm, layout.max_segment)
 
     return _layout.cached(edge_index, ("by_destination", num_src, num_dst, flow), compute)
 

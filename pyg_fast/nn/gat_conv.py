@@ -11,9 +11,9 @@ from torch_geometric.utils import add_self_loops, remove_self_loops
 from pyg_fast.nn import _graph
 from pyg_fast.nn._fused import FusedLayer
 from pyg_fast.ops import _layout
-from pyg_fast.ops.edge_softmax import edge_softmax
-from pyg_fast.ops.index_segment_reduce import index_weight_segment_reduce
-from pyg_fast.ops.sddmm import sddmm
+from pyg_fast.ops.edge_softmax import edge_softmax_op
+from pyg_fast.ops.index_segment_reduce import gather_reduce_csr
+from pyg_fast.ops.sddmm import sddmm_op
 
 
 class GATConv(FusedLayer, pyg_nn.GATConv):
@@ -68,21 +68,23 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
         num_src, num_dst = _graph.num_nodes(x_src, x_dst, edges.sizes, size)
         graph = _graph.by_destination(edge_index, num_src, num_dst, self.flow)
 
+        # The ops are called on the validated graph directly, without their wrappers' per-call checks.
         if alpha_dst is None:
             alpha = alpha_src.index_select(0, graph.src)
         else:
-            alpha = sddmm(alpha_src.unsqueeze(-1), alpha_dst.unsqueeze(-1), graph.src, graph.dst, "add").squeeze(-1)
+            alpha = sddmm_op(alpha_src.unsqueeze(-1).contiguous(), alpha_dst.unsqueeze(-1).contiguous(), graph.src,
+                             graph.dst, "add").squeeze(-1)
         if graph.src.numel() > 0:  # PyG leaves the scores of an empty graph as they are
             if edge_attr is not None and self.lin_edge is not None:
                 edge_attr = _graph.in_edge_order(edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr,
                                                  graph)
                 alpha = alpha + (self.lin_edge(edge_attr).view(-1, H, C) * self.att_edge).sum(dim=-1)
             alpha = F.leaky_relu(alpha, self.negative_slope)
-            alpha = edge_softmax(alpha, ptr=graph.ptr)
+            alpha = edge_softmax_op(alpha.contiguous(), graph.ptr)
             alpha = F.dropout(alpha, p=self.dropout, training=self.training)
 
         if graph.src.numel() > 0:
-            out = index_weight_segment_reduce(x_src, graph.src, None, alpha, ptr=graph.ptr)
+            out = gather_reduce_csr(x_src, graph.src, graph.ptr, alpha, "sum", graph.max_segment)
         else:  # no edges (and maybe no nodes): nothing to aggregate
             out = x_src.new_zeros(num_dst, H, C)
         out = out.view(-1, H * C) if self.concat else out.mean(dim=1)

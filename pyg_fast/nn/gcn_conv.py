@@ -10,7 +10,7 @@ from torch_geometric.typing import Adj, OptTensor
 from pyg_fast.nn import _graph
 from pyg_fast.nn._fused import FusedLayer
 from pyg_fast.ops import _layout
-from pyg_fast.ops.index_segment_reduce import index_weight_segment_reduce
+from pyg_fast.ops.index_segment_reduce import gather_reduce_csr
 
 
 class GCNConv(FusedLayer, pyg_nn.GCNConv):
@@ -47,8 +47,8 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
         if edges.value is not None:
             edge_weight = edges.value
         graph = _graph.by_destination(edges.edge_index, num_nodes, num_nodes, self.flow)
-        out = index_weight_segment_reduce(self.lin(x), graph.src, None,
-                                          _graph.in_edge_order(edge_weight, graph), ptr=graph.ptr)
+        out = gather_reduce_csr(self.lin(x), graph.src, graph.ptr, _graph.in_edge_order(edge_weight, graph), "sum",
+                                graph.max_segment)
         if self.bias is not None:
             out = out + self.bias
         return out

@@ -22,8 +22,12 @@ _CACHE = WeakTensorKeyDictionary()
 def _compiling(*tensors: Tensor) -> bool:
     """True while tracing (torch.compile, including AOTAutograd's backward trace, where
     is_compiling() is False but the tensors are fake): data cannot be read then."""
-    # Fake tensors are Tensor subclasses: a plain Tensor skips the (slower) is_fake test.
-    return torch.compiler.is_compiling() or any(type(t) is not Tensor and is_fake(t) for t in tensors)
+    if torch.compiler.is_compiling():
+        return True
+    for t in tensors:  # fake tensors are Tensor subclasses: a plain Tensor skips the (slower) is_fake test
+        if type(t) is not Tensor and is_fake(t):
+            return True
+    return False
 
 
 def cached(tensor: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
@@ -31,7 +35,7 @@ def cached(tensor: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
     if _compiling(tensor) or torch.jit.is_scripting():
         return compute()
     owner = tensor if tensor._base is None else tensor._base
-    slot = (key, tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()), tensor._version)
+    slot = (key, tensor.storage_offset(), tensor.shape, tensor.stride(), tensor._version)
     entries = _CACHE.get(owner)
     if entries is None:
         entries = {}

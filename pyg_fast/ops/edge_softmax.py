@@ -5,6 +5,7 @@ import torch
 from torch import Tensor
 
 from pyg_fast.ops import _layout
+from pyg_fast.ops._autograd import differentiable
 from pyg_fast.ops._checks import check_float, check_index_tensor
 
 
@@ -47,9 +48,9 @@ def edge_softmax(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tens
     moved = src.movedim(dim, 0)
     src2 = moved.reshape(num_edges, -1)
     if layout.perm is None:
-        out2 = torch.ops.pyg_fast.edge_softmax(src2.contiguous(), layout.ptr)
+        out2 = edge_softmax_op(src2.contiguous(), layout.ptr)
     else:
-        out_sorted = torch.ops.pyg_fast.edge_softmax(src2.index_select(0, layout.perm), layout.ptr)
+        out_sorted = edge_softmax_op(src2.index_select(0, layout.perm), layout.ptr)
         out2 = torch.zeros_like(src2).index_copy(0, layout.perm, out_sorted)
     return out2.view(moved.shape).movedim(0, dim)
 
@@ -74,4 +75,4 @@ def _backward(ctx, grad_out: Tensor):
     return torch.ops.pyg_fast.edge_softmax_backward(out, grad_out.contiguous(), ptr), None
 
 
-torch.library.register_autograd("pyg_fast::edge_softmax", _backward, setup_context=_setup_context)
+edge_softmax_op = differentiable("edge_softmax", _backward, _setup_context)

@@ -5,7 +5,9 @@ import torch
 from torch import Tensor
 
 from pyg_fast.ops import _layout
+from pyg_fast.ops._autograd import differentiable
 from pyg_fast.ops._checks import check_float, check_index_tensor, check_reduce
+from pyg_fast.ops.sddmm import sddmm_op
 from pyg_fast.tuning import segment_launch
 
 
@@ -76,6 +78,18 @@ def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optiona
     return out.reshape((dim_size,) + feat_shape)
 
 
+def gather_reduce_csr(x: Tensor, src_index: Tensor, ptr: Tensor, weight: Optional[Tensor], reduce: str,
+                      max_segment: Optional[int]) -> Tensor:
+    """:func:`index_weight_segment_reduce` over edges already in destination order with a CSR
+    ``ptr`` over all of them, both built and validated by ``_layout`` (``src_index`` int64 and in
+    range for ``x``), as the fused layers hold them: no index checks or cache lookups per call.
+    ``reduce`` is a canonical name (see ``_checks.check_reduce``)."""
+    x2 = x.reshape(x.size(0), -1)
+    w2 = _edge_weight(weight, src_index.numel(), x2.size(1), x.device, x.dtype)
+    out = _index_segment_reduce_csr(x2, src_index, ptr, w2, reduce, max_segment)
+    return out.reshape((ptr.numel() - 1,) + tuple(x.shape[1:]))
+
+
 def _edge_weight(weight: Optional[Tensor], num_edges: int, num_features: int, device: torch.device,
                  dtype: torch.dtype) -> Optional[Tensor]:
     """The edge weight as [E, H] in the dtype of x, checked."""
@@ -96,7 +110,7 @@ def _index_segment_reduce_csr(x2: Tensor, src_index: Tensor, ptr: Tensor, weight
     config, schedule_data = segment_launch(x2, ptr, src_index.numel(), gather=True,
                                            heads=weight.size(1) if weight is not None else 1,
                                            max_segment=max_segment)
-    return torch.ops.pyg_fast.index_segment_reduce(
+    return index_segment_reduce_op(
         x2.contiguous(), src_index, ptr, weight.contiguous() if weight is not None else None, reduce,
         config, schedule_data)
 
@@ -147,9 +161,9 @@ def _backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
         grad_x = _index_segment_reduce_csr(grad_out, t.dst_index, t.ptr, w_t, "sum", t.max_segment)
     if need_w:
         dst_index = _layout.ptr_to_index(ptr, E)
-        grad_w = torch.ops.pyg_fast.sddmm(grad_out.view(V, H, F // H), x.view(N, H, F // H), dst_index,
+        grad_w = sddmm_op(grad_out.view(V, H, F // H), x.view(N, H, F // H), dst_index,
                                           src_index, "dot")
     return grad_x, None, None, grad_w, None, None, None
 
 
-torch.library.register_autograd("pyg_fast::index_segment_reduce", _backward, setup_context=_setup_context)
+index_segment_reduce_op = differentiable("index_segment_reduce", _backward, _setup_context)

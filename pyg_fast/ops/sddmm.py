@@ -5,6 +5,7 @@ import torch
 from torch import Tensor
 
 from pyg_fast.ops import _layout
+from pyg_fast.ops._autograd import differentiable
 from pyg_fast.ops._checks import check_float, check_index_tensor
 
 EDGE_OPS = ("dot", "add", "sub", "mul", "div")
@@ -40,7 +41,7 @@ def sddmm(a: Tensor, b: Tensor, a_index: Tensor, b_index: Tensor, op: str = "dot
     heads = a.dim() == 3
     a3 = a if heads else a.unsqueeze(1)
     b3 = b if heads else b.unsqueeze(1)
-    out = torch.ops.pyg_fast.sddmm(a3.contiguous(), b3.contiguous(), a_index, b_index, op)
+    out = sddmm_op(a3.contiguous(), b3.contiguous(), a_index, b_index, op)
     return out if heads else out.squeeze(1)
 
 
@@ -89,4 +90,4 @@ def _backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], ...]:
     return grad_a, grad_b, None, None, None
 
 
-torch.library.register_autograd("pyg_fast::sddmm", _backward, setup_context=_setup_context)
+sddmm_op = differentiable("sddmm", _backward, _setup_context)

@@ -5,6 +5,7 @@ import torch
 from torch import Tensor
 
 from pyg_fast.ops import _layout
+from pyg_fast.ops._autograd import differentiable
 from pyg_fast.ops._checks import check_float, check_index_tensor, check_reduce
 from pyg_fast.tuning import segment_launch
 
@@ -93,7 +94,7 @@ def _prod(sizes) -> int:
 def _segment_reduce_csr(src3: Tensor, ptr: Tensor, reduce: str, covers_all: bool,
                         max_segment: Optional[int]) -> Tensor:
     config, schedule_data = segment_launch(src3, ptr, src3.size(1), covers_all=covers_all, max_segment=max_segment)
-    return torch.ops.pyg_fast.segment_reduce(src3.contiguous(), ptr, reduce, config, schedule_data)
+    return segment_reduce_op(src3.contiguous(), ptr, reduce, config, schedule_data)
 
 
 EXTREMA = ("max", "min", "amax", "amin")
@@ -124,4 +125,4 @@ def _backward(ctx, grad_out):
     return grad, None, None, None, None
 
 
-torch.library.register_autograd("pyg_fast::segment_reduce", _backward, setup_context=_setup_context)
+segment_reduce_op = differentiable("segment_reduce", _backward, _setup_context)
