@@ -1,11 +1,11 @@
 // CUDA kernels of the sampled dense-dense edge ops (sddmm). Torch-free: ../sddmm.cu launches them.
 //
 // a [Na, H, D], b [Nb, H, D]; edge e joins row a_index[e] of a with row b_index[e] of b.
-//  * dot: one group of LANES threads per (edge, head) pair; each lane loads VEC consecutive
-//    features at a time (16-byte loads where D allows) and the group sums its partial dot
-//    products with an xor-shuffle tree of log2(LANES) steps. LANES is adapted to D (the
-//    smallest power of two with LANES * VEC >= D, at most 32: G-Sparse's adaptive warp
-//    shuffle), so small D packs several pairs into one warp instead of idling lanes.
+//  * dot: one group of LANES threads per run of consecutive edges of one head; each lane loads
+//    VEC consecutive features at a time (16-byte loads where D allows) and the group sums its
+//    partial dot products with an xor-shuffle tree of log2(LANES) steps. LANES is adapted to D
+//    (the smallest power of two with LANES * VEC >= D, at most 32: G-Sparse's adaptive warp
+//    shuffle), so small D packs several groups into one warp instead of idling lanes.
 //  * add/sub/mul/div: one thread per VEC consecutive outputs of [E, H * D].
 // Out-of-range indices produce zeros (the Python layer reports them before launching).
 #pragma once
@@ -35,44 +35,75 @@ __device__ __forceinline__ bool in_range(int64_t i, int64_t n) {
   return static_cast<uint64_t>(i) < static_cast<uint64_t>(n);
 }
 
-// out [E, H]. Grid-stride over the E * H pairs, (blockDim.x / LANES) pairs per block step.
-template <typename scalar_t, typename acc_t, int LANES, int VEC>
+// out [E, H]. A group of LANES lanes takes `chunk` consecutive edges of one head (items are
+// (chunk, head), heads fastest, so neighbouring groups read neighbouring heads of a row). It walks
+// them UNROLL edges at a time, all their rows of a in flight at once. Edges are usually sorted by
+// b_index (destination), so consecutive edges share b's row: a lane keeps its slice of the last
+// row of b in registers (when D fits one pass of LANES * VEC) and reloads it only when the row
+// changes. Partial dots are summed with an xor-shuffle tree, UNROLL sums per step.
+template <typename scalar_t, typename acc_t, int LANES, int VEC, int UNROLL>
 __global__ void sddmm_dot_kernel(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b,
                                  const int64_t* __restrict__ a_index, const int64_t* __restrict__ b_index,
                                  scalar_t* __restrict__ out, int64_t num_edges, int64_t heads, int64_t dim,
-                                 int64_t num_a, int64_t num_b) {
+                                 int64_t num_a, int64_t num_b, int64_t chunk) {
   static_assert(LANES >= 1 && LANES <= 32 && (LANES & (LANES - 1)) == 0, "LANES: power of two <= 32");
+  using Vector = SddmmVec<scalar_t, VEC>;
   const int lane = threadIdx.x % LANES;
-  const int64_t pairs = num_edges * heads;
+  const int64_t items = (num_edges + chunk - 1) / chunk * heads;
   const int64_t groups_per_grid = static_cast<int64_t>(gridDim.x) * (blockDim.x / LANES);
-  // Every lane of a warp runs the same number of iterations (pairs are rounded up per warp),
-  // so the shuffles below always see the full warp.
+  const int64_t pass = static_cast<int64_t>(LANES) * VEC;
+  const bool one_pass = dim <= pass;  // b's slice fits one vector per lane: keep it
+  // Every group of a warp runs the same iterations (items rounded up per warp, edges up to the
+  // chunk), so the shuffles always see the full warp.
   const int64_t first = static_cast<int64_t>(blockIdx.x) * (blockDim.x / LANES) + threadIdx.x / LANES;
   const int64_t warp_first = first - (threadIdx.x % 32) / LANES;
-  for (int64_t base = warp_first; base < pairs; base += groups_per_grid) {
-    const int64_t pair = base + (threadIdx.x % 32) / LANES;
-    acc_t acc = acc_t(0);
-    bool valid = false;
-    int64_t e = 0, h = 0;
-    if (pair < pairs) {
-      e = pair / heads;
-      h = pair % heads;
-      const int64_t i = a_index[e], j = b_index[e];
-      valid = in_range(i, num_a) && in_range(j, num_b);
-      if (valid) {
-        const scalar_t* ra = a + (i * heads + h) * dim;
-        const scalar_t* rb = b + (j * heads + h) * dim;
-        for (int64_t d = static_cast<int64_t>(lane) * VEC; d < dim; d += static_cast<int64_t>(LANES) * VEC) {
-          const auto va = *reinterpret_cast<const SddmmVec<scalar_t, VEC>*>(ra + d);
-          const auto vb = *reinterpret_cast<const SddmmVec<scalar_t, VEC>*>(rb + d);
+  for (int64_t base = warp_first; base < items; base += groups_per_grid) {
+    const int64_t item = base + (threadIdx.x % 32) / LANES;
+    const int64_t h = item % heads;
+    const int64_t e_lo = item < items ? item / heads * chunk : num_edges;
+    const int64_t e_hi = min(e_lo + chunk, num_edges);
+    int64_t cached_j = -1;  // the row of b whose slice vb holds (one pass only)
+    Vector vb;
+    for (int64_t k = 0; k < chunk; k += UNROLL) {
+      const scalar_t* row_a[UNROLL];  // null where the edge is past the run or out of range
+      int64_t j[UNROLL];
 #pragma unroll
-          for (int k = 0; k < VEC; ++k) acc += static_cast<acc_t>(va.v[k]) * static_cast<acc_t>(vb.v[k]);
+      for (int u = 0; u < UNROLL; ++u) {
+        const int64_t e = e_lo + k + u;
+        const int64_t i = e < e_hi ? a_index[e] : -1;
+        j[u] = e < e_hi ? b_index[e] : -1;
+        row_a[u] = in_range(i, num_a) && in_range(j[u], num_b) ? a + (i * heads + h) * dim : nullptr;
+      }
+      acc_t dot[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) dot[u] = acc_t(0);
+      for (int64_t d = static_cast<int64_t>(lane) * VEC; d < dim; d += pass) {
+        Vector va[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+          if (row_a[u]) va[u] = *reinterpret_cast<const Vector*>(row_a[u] + d);
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+          if (!row_a[u]) continue;
+          if (!one_pass || j[u] != cached_j) {
+            vb = *reinterpret_cast<const Vector*>(b + (j[u] * heads + h) * dim + d);
+            cached_j = one_pass ? j[u] : -1;
+          }
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) dot[u] += static_cast<acc_t>(va[u].v[v]) * static_cast<acc_t>(vb.v[v]);
         }
       }
-    }
 #pragma unroll
-    for (int off = LANES / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off, LANES);
-    if (pair < pairs && lane == 0) out[e * heads + h] = valid ? static_cast<scalar_t>(acc) : scalar_t(0);
+      for (int off = LANES / 2; off > 0; off >>= 1) {
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) dot[u] += __shfl_xor_sync(0xffffffffu, dot[u], off, LANES);
+      }
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const int64_t e = e_lo + k + u;
+        if (lane == u % LANES && e < e_hi) out[e * heads + h] = row_a[u] ? static_cast<scalar_t>(dot[u]) : scalar_t(0);
+      }
+    }
   }
 }
 

@@ -82,7 +82,7 @@ struct GatheredRows {
   template <typename acc_t>
   __device__ __forceinline__ acc_t scale(int64_t e, int64_t f0) const {
     if constexpr (!WEIGHTED) return acc_t(1);  // weight may be null
-    else return static_cast<acc_t>(weight[e * num_heads + f0 / head_dim]);
+    else return static_cast<acc_t>(num_heads == 1 ? weight[e] : weight[e * num_heads + f0 / head_dim]);
   }
   static constexpr bool kScaled = WEIGHTED;
 };
@@ -97,8 +97,9 @@ __device__ __forceinline__ void fold_vec(acc_t (&acc)[VEC], const Vec<scalar_t, 
   }
 }
 
-// Folds the rows lo, lo + step, ... < hi of one lane's VEC features into acc, UNROLL loads in
-// flight.
+// Folds the rows lo, lo + step, ... < hi of one lane's VEC features into acc, UNROLL rows (and
+// their weights) in flight: the weights are read with the rows, not behind the validity test,
+// which would serialise a third memory round trip after the index and row loads.
 template <typename acc_t, Reduce R, int VEC, typename Rows>
 __device__ __forceinline__ void fold_rows(const Rows& rows, int64_t b, int64_t lo, int64_t hi,
                                           int64_t f0, acc_t (&acc)[VEC], int64_t step = 1) {
@@ -107,16 +108,21 @@ __device__ __forceinline__ void fold_rows(const Rows& rows, int64_t b, int64_t l
   int64_t e = lo;
   for (; e + (UNROLL - 1) * step < hi; e += UNROLL * step) {
     Vec<scalar_t, VEC> v[UNROLL];
+    acc_t s[UNROLL];
     bool ok[UNROLL];
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) ok[u] = rows.load(b, e + u * step, f0, v[u]);
+    for (int u = 0; u < UNROLL; ++u) {
+      s[u] = rows.template scale<acc_t>(e + u * step, f0);
+      ok[u] = rows.load(b, e + u * step, f0, v[u]);
+    }
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
-      if (ok[u]) fold_vec<acc_t, R, Rows::kScaled>(acc, v[u], rows.template scale<acc_t>(e + u * step, f0));
+      if (ok[u]) fold_vec<acc_t, R, Rows::kScaled>(acc, v[u], s[u]);
   }
   for (; e < hi; e += step) {
     Vec<scalar_t, VEC> v;
-    if (rows.load(b, e, f0, v)) fold_vec<acc_t, R, Rows::kScaled>(acc, v, rows.template scale<acc_t>(e, f0));
+    const acc_t s = rows.template scale<acc_t>(e, f0);
+    if (rows.load(b, e, f0, v)) fold_vec<acc_t, R, Rows::kScaled>(acc, v, s);
   }
 }
 
