@@ -1,4 +1,5 @@
 """Sampled dense-dense edge ops (torch.ops.pyg_fast.sddmm)."""
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -58,9 +59,12 @@ def _setup_context(ctx, inputs, output):
 
 
 def _scatter_rows(values: Tensor, index: Tensor, num_rows: int) -> Tensor:
-    """Sums the per-edge values [E, H, D] into the rows given by index."""
-    from pyg_fast.ops.segment_reduce import segment_reduce
-    return segment_reduce(values, index=index, dim_size=num_rows, reduce="sum")
+    """Sums the per-edge values [E, H, D] into the rows given by index (validated in the forward
+    pass, so no per-call checks: straight to the index's cached layout)."""
+    from pyg_fast.ops.segment_reduce import reduce_by_layout
+    values3 = values.reshape(1, values.size(0), math.prod(values.shape[1:]))
+    out = reduce_by_layout(values3, _layout.coo_layout(index, num_rows), "sum")
+    return out.view((num_rows,) + values.shape[1:])
 
 
 def _backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], ...]:
@@ -74,15 +78,13 @@ def _backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], ...]:
         if need_b:
             grad_b = index_weight_segment_reduce(a, a_index, b_index, grad, b.size(0), "sum")
         return grad_a, grad_b, None, None, None
-    a_e, b_e = a.index_select(0, a_index), b.index_select(0, b_index)
     if ctx.op == "add":
         ga, gb = grad, grad
     elif ctx.op == "sub":
         ga, gb = grad, -grad
-    elif ctx.op == "mul":
-        ga, gb = grad * b_e, grad * a_e
-    else:  # div
-        ga, gb = grad / b_e, -grad * a_e / (b_e * b_e)
+    else:  # mul, div: the gradients read the gathered operands
+        a_e, b_e = a.index_select(0, a_index), b.index_select(0, b_index)
+        ga, gb = (grad * b_e, grad * a_e) if ctx.op == "mul" else (grad / b_e, -grad * a_e / (b_e * b_e))
     if need_a:
         grad_a = _scatter_rows(ga, a_index, a.size(0))
     if need_b:

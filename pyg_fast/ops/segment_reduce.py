@@ -72,16 +72,21 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
     for s in shape[:dim]:
         pre *= s
     src3 = src.reshape(pre, num_rows, -1) if src.numel() > 0 else src.new_zeros(pre, num_rows, _prod(shape[dim + 1:]))
-    if layout.perm is None:
-        out = _segment_reduce_csr(src3, layout.ptr, reduce, layout.covers_all, layout.max_segment)
-    elif pre == 1:
-        from pyg_fast.ops.index_segment_reduce import _index_segment_reduce_csr
-        out = _index_segment_reduce_csr(src3[0], layout.perm, layout.ptr, None, reduce,
-                                        layout.max_segment).unsqueeze(0)
-    else:
-        out = _segment_reduce_csr(src3.index_select(1, layout.perm), layout.ptr, reduce, True, layout.max_segment)
+    out = reduce_by_layout(src3, layout, reduce)
     shape[dim] = dim_size
     return out.reshape(shape)
+
+
+def reduce_by_layout(src3: Tensor, layout: _layout.SegmentLayout, reduce: str) -> Tensor:
+    """Reduces ``src3`` [pre, E, F] over dimension 1 into ``layout``'s segments (a layout of
+    ``_layout``, validated for E rows); ``reduce`` is a canonical name."""
+    if layout.perm is None:
+        return _segment_reduce_csr(src3, layout.ptr, reduce, layout.covers_all, layout.max_segment)
+    if src3.size(0) == 1:
+        from pyg_fast.ops.index_segment_reduce import _index_segment_reduce_csr
+        return _index_segment_reduce_csr(src3[0], layout.perm, layout.ptr, None, reduce,
+                                         layout.max_segment).unsqueeze(0)
+    return _segment_reduce_csr(src3.index_select(1, layout.perm), layout.ptr, reduce, True, layout.max_segment)
 
 
 def _prod(sizes) -> int:
