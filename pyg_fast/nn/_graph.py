@@ -75,7 +75,10 @@ def by_destination(edge_index: Tensor, num_src: int, num_dst: int, flow: str) ->
         layout = _layout.coo_layout(dst, num_dst)
         if layout.perm is not None:
             src, dst = src.index_select(0, layout.perm), dst.index_select(0, layout.perm)
-        return Graph(src.contiguous(), dst.contiguous(), layout.ptr, layout.perm, layout.max_segment)
+        # detach(): src and dst may be views of edge_index; a cached value holding its key tensor
+        # would keep it (and its cache entry) alive forever
+        return Graph(src.contiguous().detach(), dst.contiguous().detach(), layout.ptr, layout.perm,
+                     layout.max_segment)
 
     return _layout.cached(edge_index, ("by_destination", num_src, num_dst, flow), compute)
 

@@ -1,4 +1,4 @@
-from typing import Optional
+from typing import NamedTuple
 
 import torch
 
@@ -39,26 +39,51 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
         if self.normalize:
             if self._cached_edge_index is not None:
                 edge_index, edge_weight = self._cached_edge_index
+            elif edge_weight is None and edge_index.layout == torch.strided:
+                # The usual call: one cache lookup gives the normalised graph grouped by target.
+                norm = self._normalized_graph(edge_index, num_nodes, x.dtype)
+                if self.cached:
+                    self._cached_edge_index = (norm.edge_index, norm.edge_weight)
+                return self._propagate(x, norm.graph, norm.weight)
             else:
-                edge_index, edge_weight = self._normalized(edge_index, edge_weight, num_nodes, x.dtype)
+                edge_index, edge_weight = gcn_norm(edge_index, edge_weight, num_nodes, self.improved,
+                                                   self.add_self_loops, self.flow, x.dtype)
                 if self.cached:
                     self._cached_edge_index = (edge_index, edge_weight)
-        edges = _graph.unpack(edge_index, self.flow)  # a normalised torch.sparse input carries its weights
+        graph, weight = self._by_destination(edge_index, edge_weight, num_nodes)
+        return self._propagate(x, graph, weight)
+
+    def _by_destination(self, edge_index: Adj, edge_weight: OptTensor, num_nodes: int):
+        """The graph grouped by target and the edge weights in that order (a torch.sparse input
+        carries its weights)."""
+        edges = _graph.unpack(edge_index, self.flow)
         if edges.value is not None:
             edge_weight = edges.value
         graph = _graph.by_destination(edges.edge_index, num_nodes, num_nodes, self.flow)
-        out = gather_reduce_csr(self.lin(x), graph.src, graph.ptr, _graph.in_edge_order(edge_weight, graph), "sum",
-                                graph.max_segment)
-        if self.bias is not None:
-            out = out + self.bias
-        return out
+        return graph, _graph.in_edge_order(edge_weight, graph)
 
-    def _normalized(self, edge_index: Tensor, edge_weight: Optional[Tensor], num_nodes: int, dtype):
-        """PyG's ``gcn_norm``, memoised on ``edge_index`` when there are no edge weights."""
+    def _propagate(self, x: Tensor, graph: _graph.Graph, weight: OptTensor) -> Tensor:
+        out = gather_reduce_csr(self.lin(x), graph.src, graph.ptr, weight, "sum", graph.max_segment)
+        return out if self.bias is None else out + self.bias
+
+    def _normalized_graph(self, edge_index: Tensor, num_nodes: int, dtype: torch.dtype) -> "_NormalizedGraph":
+        """PyG's ``gcn_norm`` of an unweighted ``edge_index`` and its grouping by target, memoised
+        on ``edge_index``."""
         def compute():
-            return gcn_norm(edge_index, edge_weight, num_nodes, self.improved, self.add_self_loops,
-                            self.flow, dtype)
-        if edge_weight is not None or edge_index.layout != torch.strided:
-            return compute()
-        return _layout.cached(edge_index, ("gcn_norm", num_nodes, self.improved, self.add_self_loops,
-                                           self.flow, dtype), compute)
+            # detach(): an alias without a reference to edge_index, which the cache must not keep alive
+            # (gcn_norm returns edge_index itself when it adds no self loops)
+            norm_index, norm_weight = gcn_norm(edge_index.detach(), None, num_nodes, self.improved,
+                                               self.add_self_loops, self.flow, dtype)
+            graph, weight = self._by_destination(norm_index, norm_weight, num_nodes)
+            return _NormalizedGraph(norm_index, norm_weight, graph, weight)
+        return _layout.cached(edge_index, ("gcn_norm", num_nodes, self.improved, self.add_self_loops, self.flow,
+                                           dtype), compute)
+
+
+class _NormalizedGraph(NamedTuple):
+    """``gcn_norm``'s output (``edge_index``, ``edge_weight``, input order) and the same graph
+    grouped by target with the weights in that order."""
+    edge_index: Tensor
+    edge_weight: Tensor
+    graph: _graph.Graph
+    weight: Tensor

@@ -1,4 +1,6 @@
 import copy
+import gc
+import weakref
 
 import pytest
 import torch
@@ -83,3 +85,20 @@ def test_compile():
     x, ei = torch.randn(20, 16), random_graph(20, 80)
     compiled = torch.compile(fast, backend="aot_eager")
     torch.testing.assert_close(compiled(x, ei), ref(x, ei), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("make_layer", [lambda: fast_nn.GCNConv(4, 4),
+                                        lambda: fast_nn.GCNConv(4, 4, add_self_loops=False),
+                                        lambda: fast_nn.GINConv(torch.nn.Identity())])
+@pytest.mark.parametrize("as_edge_index", [False, True])
+def test_graph_caches_release_edge_index(make_layer, as_edge_index):
+    """The per-graph caches die with the graph, also for inputs already sorted by target (whose
+    grouped endpoints are views of edge_index) and for gcn_norm without self loops."""
+    ei = torch.stack([torch.arange(10).roll(1), torch.arange(10)])  # sorted by target
+    ei = EdgeIndex(ei, sparse_size=(10, 10)) if as_edge_index else ei
+    alive = weakref.ref(ei)
+    layer, x = make_layer(), torch.randn(10, 4)
+    layer(x, ei)
+    del ei
+    gc.collect()
+    assert alive() is None
