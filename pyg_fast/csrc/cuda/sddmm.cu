@@ -40,16 +40,20 @@ int vector_width(int64_t row_len, const at::Tensor& a, const at::Tensor& b, cons
   return vec;
 }
 
-// Edges per dot-kernel group: enough groups to fill the GPU, runs long enough to reuse b's rows.
-constexpr int kSddmmUnroll = 4;
-constexpr int64_t kSddmmMaxChunk = 64;
+// Dot kernel geometry, measured on the H100 (arxiv_like and reddit2_like, D = 16..128): rows of a
+// in flight per group (UNROLL 4; 2 for whole-warp groups, whose 96 registers at 4 halve the
+// resident warps: reddit2_like D = 128 4.5 vs 4.8 ms), and edges per group, few enough to
+// fill the GPU (at most 16: reddit2_like D = 16 0.53 ms vs 0.68 ms with 64, 0.69 with 256).
+constexpr int64_t kSddmmMaxChunk = 16;
 
-int64_t dot_chunk(int64_t pairs, int64_t lanes) {
+constexpr int dot_unroll(int lanes) { return lanes >= 32 ? 2 : 4; }
+
+int64_t dot_chunk(int64_t pairs, int64_t lanes, int64_t unroll) {
   const int64_t resident_groups =
       at::cuda::getCurrentDeviceProperties()->multiProcessorCount * kBlocksPerSm * (kSddmmThreadsPerBlock / lanes);
   const int64_t per_group = (pairs + resident_groups - 1) / resident_groups;
-  const int64_t rounded = (per_group + kSddmmUnroll - 1) / kSddmmUnroll * kSddmmUnroll;
-  return std::max<int64_t>(kSddmmUnroll, std::min(rounded, kSddmmMaxChunk));
+  const int64_t rounded = (per_group + unroll - 1) / unroll * unroll;
+  return std::max<int64_t>(unroll, std::min(rounded, kSddmmMaxChunk));
 }
 
 template <typename scalar_t, int VEC>
@@ -59,12 +63,12 @@ void launch_dot(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_in
   const int64_t E = a_index.numel(), H = a.size(1), D = a.size(2);
   int lanes = 1;  // adaptive: enough lanes to cover D in one pass of VEC-wide loads, at most a warp
   while (lanes < 32 && static_cast<int64_t>(lanes) * VEC < D) lanes *= 2;
-  const int64_t chunk = dot_chunk(E * H, lanes);
+  const int64_t chunk = dot_chunk(E * H, lanes, dot_unroll(lanes));
   const int64_t items = (E + chunk - 1) / chunk * H;
   const int64_t grid = grid_size(items, kSddmmThreadsPerBlock / lanes);
   auto launch = [&](auto lanes_tag) {
     constexpr int LANES = decltype(lanes_tag)::value;
-    sddmm_dot_kernel<scalar_t, acc_t, LANES, VEC, kSddmmUnroll><<<grid, kSddmmThreadsPerBlock, 0, stream>>>(
+    sddmm_dot_kernel<scalar_t, acc_t, LANES, VEC, dot_unroll(LANES)><<<grid, kSddmmThreadsPerBlock, 0, stream>>>(
         a.const_data_ptr<scalar_t>(), b.const_data_ptr<scalar_t>(), a_index.const_data_ptr<int64_t>(),
         b_index.const_data_ptr<int64_t>(), out.mutable_data_ptr<scalar_t>(), E, H, D, a.size(0), b.size(0), chunk);
   };
