@@ -26,16 +26,21 @@ class FusedLayer:
 
     def _pyg_path_required(self) -> bool:
         """True under explain, decomposed_layers > 1 or with any message passing hook."""
-        return (bool(self.explain) or self.decomposed_layers > 1
-                or any(getattr(self, name) for name in _HOOK_DICTS))
+        if self.explain or self.decomposed_layers > 1:
+            return True
+        for name in _HOOK_DICTS:  # a plain loop: half the time of any() over a generator
+            if getattr(self, name):
+                return True
+        return False
 
     def _reduce(self):
         """The aggregation as a kernel reduce name, or None if it is not a basic one."""
-        return _REDUCES.get(type(self.aggr_module))
+        # _modules directly: Module.__getattr__ costs about 0.7 us per access
+        return _REDUCES.get(type(self._modules.get("aggr_module")))
 
     def _fused_edges(self, x_src: Tensor, edge_index):
         """The unpacked edges when the fused neighbour aggregation applies, else None (PyG's path)."""
-        if self._reduce() is None or x_src.dim() != 2 or self._pyg_path_required():
+        if x_src.dim() != 2 or self._reduce() is None or self._pyg_path_required():
             return None
         return _graph.unpack(edge_index, self.flow)
 

@@ -27,6 +27,8 @@ class Edges(NamedTuple):
 def unpack(edge_index, flow: str) -> Optional[Edges]:
     """The input as :class:`Edges`, or None when the layer should let PyG handle it
     (SparseTensor, torch.sparse CSC, sparse values that need a gradient)."""
+    if type(edge_index) is Tensor and edge_index.layout == torch.strided:  # the usual input, checked first
+        return Edges(edge_index, None, (None, None)) if _is_edge_index(edge_index) else None
     if isinstance(edge_index, EdgeIndex):
         return Edges(edge_index.as_tensor(), None, (edge_index.num_rows, edge_index.num_cols))
     if is_torch_sparse_tensor(edge_index):
@@ -44,10 +46,14 @@ def unpack(edge_index, flow: str) -> Optional[Edges]:
             src, value = edge_index.col_indices(), edge_index.values()
         num_dst, num_src = edge_index.shape[:2]
         return Edges(torch.stack([src, dst]), value, (num_src, num_dst))
-    if isinstance(edge_index, Tensor) and edge_index.layout == torch.strided and edge_index.dim() == 2 \
-            and edge_index.size(0) == 2 and not edge_index.is_floating_point():
+    if isinstance(edge_index, Tensor) and edge_index.layout == torch.strided and _is_edge_index(edge_index):
         return Edges(edge_index, None, (None, None))
     return None
+
+
+def _is_edge_index(edge_index: Tensor) -> bool:
+    """Whether a strided tensor has the form of an edge index: [2, E], integer."""
+    return edge_index.dim() == 2 and edge_index.size(0) == 2 and not edge_index.is_floating_point()
 
 
 class Graph(NamedTuple):

@@ -1,3 +1,4 @@
+import torch
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch_geometric.typing import Adj, OptPairTensor, Size
@@ -26,5 +27,5 @@ class GINConv(FusedLayer, pyg_nn.GINConv):
             return super().forward(x, edge_index, size)
         out = self._aggregate_neighbours(pair[0], pair[1], edges, size)
         if pair[1] is not None:
-            out = out + (1 + self.eps) * pair[1]
+            out = torch.addcmul(out, 1 + self.eps, pair[1])  # out + (1 + eps) * x_i in one kernel
         return self.nn(out)
