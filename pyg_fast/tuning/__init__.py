@@ -196,9 +196,33 @@ def segment_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool = Fa
     """
     if not values.is_cuda:
         return [], None
-    num_features = values.size(-1)
+    return _device_launch(values, ptr, num_rows, gather, heads, covers_all, max_segment)
+
+
+def _device_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool, heads: int, covers_all: bool,
+                   max_segment: Optional[int]) -> Tuple[List[int], Optional[Tensor]]:
+    """:func:`segment_launch` for a device input. Once graph-aware schedules are allowed on ``ptr``
+    the launch is final and memoised with ``ptr``: a repeated reduction then costs one cache lookup
+    instead of counting the use, selecting and looking up the layout (a few us per call)."""
     tracing = _layout._compiling(values, ptr)
+    memo = key = None
+    if not tracing and _override is None:
+        memo = _layout.cached(ptr, ("launches",), dict)
+        key = (num_rows, values.size(-1), values.element_size(), gather, heads, covers_all, max_segment)
+        launch = memo.get(key)
+        if launch is not None:
+            return launch
     graph_aware = not tracing and _layout.uses(ptr) >= LAYOUT_AFTER_USES
+    launch = _resolve_launch(values, ptr, num_rows, gather, heads, covers_all, max_segment, graph_aware, tracing)
+    if memo is not None and graph_aware:
+        memo[key] = launch
+    return launch
+
+
+def _resolve_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool, heads: int, covers_all: bool,
+                    max_segment: Optional[int], graph_aware: bool, tracing: bool
+                    ) -> Tuple[List[int], Optional[Tensor]]:
+    num_features = values.size(-1)
     p = choose(num_rows, ptr.numel() - 1, num_features, values.element_size(), gather, num_features // heads,
                max_segment, graph_aware)
     schedule = p["schedule"]

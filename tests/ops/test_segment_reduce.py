@@ -230,3 +230,15 @@ def test_graph_aware_schedule_without_layout_raises():
         torch.ops.pyg_fast.segment_reduce(src, ptr, "sum", [3, 2, 1, 64, 4])
     with pytest.raises(ValueError, match="one entry per segment"):
         torch.ops.pyg_fast.segment_reduce(src, ptr, "sum", [4, 2, 1, 64, 0], torch.zeros(5, dtype=torch.long, device="cuda"))
+
+
+def test_device_launch_memo_matches_selection():
+    """A device launch is memoised with its CSR pointer once graph-aware schedules are allowed
+    there, and the memo gives what selection gives (CPU tensors stand in for device ones)."""
+    from pyg_fast import tuning
+    ptr, values = torch.tensor([0, 3, 3, 10, 12]), torch.randn(12, 8)
+    args = (values, ptr, 12, True, 2, True, 7)
+    assert tuning._device_launch(*args) == tuning._resolve_launch(*args, graph_aware=False, tracing=False)
+    second = tuning._device_launch(*args)
+    assert second == tuning._resolve_launch(*args, graph_aware=True, tracing=False)
+    assert tuning._device_launch(*args) is second
