@@ -44,11 +44,11 @@ def segment_matmul(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Te
     check_index_tensor(ptr, "ptr", other.size(0) + 1, ptr.device)
     if ptr.device.type != "cpu" and ptr.device != inputs.device:
         raise ValueError(f"pyg_fast: 'ptr' must be on the CPU or on {inputs.device}, got {ptr.device}")
-    ptr = _layout.ptr_layout(ptr, inputs.size(0), covers_all=True).ptr
-    args = (inputs.contiguous(), ptr, other.contiguous(), bias, deterministic)
     if inputs.is_cuda and not _layout._compiling(inputs, other):
-        return _EagerCUDA.apply(*args)
-    return torch.ops.pyg_fast.segment_matmul(*args)
+        plan = _cuda_plan(ptr, inputs.size(0), inputs.device)
+        return _EagerCUDA.apply(inputs.contiguous(), other.contiguous(), bias, deterministic, plan)
+    ptr = _layout.ptr_layout(ptr, inputs.size(0), covers_all=True).ptr
+    return torch.ops.pyg_fast.segment_matmul(inputs.contiguous(), ptr, other.contiguous(), bias, deterministic)
 
 
 def gather_segment_matmul(inputs: Tensor, types: Tensor, other: Tensor, bias: Optional[Tensor] = None, *,
@@ -112,53 +112,54 @@ def _setup_context(ctx, inputs, output):
     ctx.deterministic = deterministic
 
 
-def _gradients(ctx, grad: Tensor, matmul, weight_grad):
-    """Gradients w.r.t. (inputs, ptr, other, bias, deterministic); ``matmul(g, ptr, w)`` and
-    ``weight_grad(x, ptr, g, deterministic)`` run the kernels."""
+def _backward(ctx, grad: Tensor):
+    """Gradients of the registered op w.r.t. (inputs, ptr, other, bias, deterministic)."""
     x, ptr, other = ctx.saved_tensors
     grad = grad.contiguous()
-    deterministic = _use_deterministic(ctx.deterministic)
     grad_x = grad_other = grad_bias = None
     needs = ctx.needs_input_grad  # the registered op leaves out trailing defaulted arguments
     if needs[0]:
-        grad_x = matmul(grad, ptr, other.transpose(1, 2))
+        grad_x = torch.ops.pyg_fast.segment_matmul(grad, ptr, other.transpose(1, 2).contiguous(), None, None)
     if needs[2]:
-        grad_other = weight_grad(x, ptr, grad, deterministic)
+        grad_other = torch.ops.pyg_fast.segment_matmul_weight_grad(x, ptr, grad, _use_deterministic(ctx.deterministic))
     if len(needs) > 3 and needs[3]:
         from pyg_fast.ops.segment_reduce import segment_reduce
-        grad_bias = segment_reduce(grad, ptr=_ptr_on(ptr, grad.device), reduce="sum")
+        device_ptr = ptr if ptr.device == grad.device else _layout.cached(ptr, ("on", str(grad.device)),
+                                                                           lambda: ptr.to(grad.device))
+        grad_bias = segment_reduce(grad, ptr=device_ptr, reduce="sum")
     return (grad_x, None, grad_other, grad_bias, None)[:len(needs)]
 
 
-def _backward(ctx, grad: Tensor):
-    return _gradients(ctx, grad,
-                      lambda g, p, w: torch.ops.pyg_fast.segment_matmul(g, p, w.contiguous(), None, None),
-                      torch.ops.pyg_fast.segment_matmul_weight_grad)
+torch.library.register_autograd("pyg_fast::segment_matmul", _backward, setup_context=_setup_context)
 
 
 class _EagerCUDA(torch.autograd.Function):
     """The registered op's CUDA kernels and gradients, called without the dispatcher and the
     custom-op autograd wrappers: in eager mode those cost tens of microseconds per call, which
-    is most of a small heterogeneous layer's step. ``torch.compile`` traces the registered op."""
+    is most of a small heterogeneous layer's step. Everything derived from ptr comes with the
+    plan, so a step looks nothing up; the bias gradient comes out of the weight-gradient kernel.
+    ``torch.compile`` traces the registered op."""
 
     @staticmethod
-    def forward(ctx, inputs, ptr, other, bias, deterministic):
-        _setup_context(ctx, (inputs, ptr, other, bias, deterministic), None)
-        return _cuda_segment_matmul(inputs, ptr, other, bias)
+    def forward(ctx, inputs, other, bias, deterministic, plan):
+        ctx.save_for_backward(inputs, other)
+        ctx.deterministic, ctx.plan = deterministic, plan
+        return _cuda_forward(inputs, plan, other, bias)
 
     @staticmethod
     def backward(ctx, grad):
-        # Triton reads the transposed weights through their strides: no copy.
-        return _gradients(ctx, grad, lambda g, p, w: _cuda_segment_matmul(g, p, w), _cuda_weight_grad)
-
-
-def _ptr_on(ptr: Tensor, device: torch.device) -> Tensor:
-    if ptr.device == device:
-        return ptr
-    return _layout.cached(ptr, ("on", str(device)), lambda: ptr.to(device))
-
-
-torch.library.register_autograd("pyg_fast::segment_matmul", _backward, setup_context=_setup_context)
+        x, other = ctx.saved_tensors
+        grad = grad.contiguous()
+        grad_x = grad_other = grad_bias = None
+        need_x, need_other, need_bias = ctx.needs_input_grad[:3]
+        if need_x:  # Triton reads the transposed weights through their strides: no copy
+            grad_x = _cuda_forward(grad, ctx.plan, other.transpose(1, 2))
+        if need_other or need_bias:
+            K = x.size(1)
+            fused = _cuda_weight_grad(x, ctx.plan, grad, _use_deterministic(ctx.deterministic), need_bias)
+            grad_other = fused[:, :K] if need_bias else fused
+            grad_bias = fused[:, K] if need_bias else None
+        return grad_x, grad_other, grad_bias, None, None
 
 
 # CUDA implementation (Triton) -------------------------------------------------------------------
@@ -171,24 +172,42 @@ def _triton_kernels():
     return kernels
 
 
+def _cuda_plan(ptr: Tensor, num_rows: int, device: torch.device):
+    """The kernels' SegmentPlan of ``ptr``: validated and built once per ptr tensor, row count
+    and device (one host synchronisation), then found with one cache lookup per call."""
+    def compute():
+        _layout.ptr_layout(ptr, num_rows, covers_all=True)  # raises on an invalid ptr
+        return _triton_kernels().SegmentPlan(ptr, device)
+    return _layout.cached(ptr, ("segmm_plan", num_rows, device), compute)
+
+
+def _cuda_forward(x: Tensor, plan, w: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+    if x.dtype == torch.float64:  # no fp64 tensor cores: cuBLAS per segment
+        return _segment_loop(x, plan.bounds, w, bias)
+    return _triton_kernels().forward(x, plan, w, bias)
+
+
+def _cuda_weight_grad(x: Tensor, plan, grad: Tensor, deterministic: bool, bias_grad: bool = False) -> Tensor:
+    """[T, K, N], or [T, K + 1, N] with the bias gradient in row K."""
+    if x.dtype == torch.float64:
+        return _segment_loop(x, plan.bounds, grad, None, weight_grad=True, bias_grad=bias_grad)
+    return _triton_kernels().weight_grad(x, plan, grad, deterministic, bias_grad)
+
+
 def _cuda_segment_matmul(inputs, ptr, other, bias=None, deterministic=None):
-    if inputs.dtype == torch.float64:  # no fp64 tensor cores: cuBLAS per segment
-        return _segment_loop(inputs, ptr, other, bias)
-    return _triton_kernels().forward(inputs, ptr, other, bias)
+    return _cuda_forward(inputs, _cuda_plan(ptr, inputs.size(0), inputs.device), other, bias)
 
 
-def _cuda_weight_grad(inputs, ptr, grad_out, deterministic):
-    if inputs.dtype == torch.float64:
-        return _segment_loop(inputs, ptr, grad_out, None, weight_grad=True)
-    return _triton_kernels().weight_grad(inputs, ptr, grad_out, deterministic)
+def _cuda_segment_matmul_weight_grad(inputs, ptr, grad_out, deterministic):
+    return _cuda_weight_grad(inputs, _cuda_plan(ptr, inputs.size(0), inputs.device), grad_out, deterministic)
 
 
-def _segment_loop(x: Tensor, ptr: Tensor, w: Tensor, bias: Optional[Tensor], weight_grad: bool = False) -> Tensor:
-    """One cuBLAS GEMM per segment (float64 on CUDA)."""
-    bounds = _layout.cached(ptr, ("segmm_bounds",), lambda: ptr.tolist())
-    T = len(bounds) - 1
+def _segment_loop(x: Tensor, bounds, w: Tensor, bias: Optional[Tensor], weight_grad: bool = False,
+                  bias_grad: bool = False) -> Tensor:
+    """One cuBLAS GEMM per segment (float64 on CUDA); ``bounds`` is ptr as a list."""
+    T, K = len(bounds) - 1, x.size(1)
     if weight_grad:
-        out = x.new_zeros(T, x.size(1), w.size(1))
+        out = x.new_zeros(T, K + bias_grad, w.size(1))
     else:
         out = x.new_empty(x.size(0), w.size(2))
     for t in range(T):
@@ -196,7 +215,9 @@ def _segment_loop(x: Tensor, ptr: Tensor, w: Tensor, bias: Optional[Tensor], wei
         if hi == lo:
             continue
         if weight_grad:
-            torch.mm(x[lo:hi].t(), w[lo:hi], out=out[t])
+            torch.mm(x[lo:hi].t(), w[lo:hi], out=out[t, :K])
+            if bias_grad:
+                torch.sum(w[lo:hi], 0, out=out[t, K])
         elif bias is not None:
             torch.addmm(bias[t], x[lo:hi], w[t], out=out[lo:hi])
         else:
@@ -206,4 +227,4 @@ def _segment_loop(x: Tensor, ptr: Tensor, w: Tensor, bias: Optional[Tensor], wei
 
 _LIB = torch.library.Library("pyg_fast", "IMPL")
 _LIB.impl("segment_matmul", _cuda_segment_matmul, "CUDA")
-_LIB.impl("segment_matmul_weight_grad", _cuda_weight_grad, "CUDA")
+_LIB.impl("segment_matmul_weight_grad", _cuda_segment_matmul_weight_grad, "CUDA")

@@ -26,15 +26,17 @@ from torch import Tensor
 # Device ceilings (per GPU) used by the model and by the benchmarks' roofline. Keys are
 # substrings of the device name. H100: measured on the project's H100 80GB HBM3 (matmul bf16,
 # TF32 and fp32 TFLOP/s; device-to-device copy GB/s, read + write); others: vendor figures.
+# smem_kb: shared memory one program may use (and about what one SM has).
 HARDWARE = {
-    "H100": {"tflops_16": 687.0, "tflops_tf32": 375.0, "tflops_fp32": 52.0, "gbps": 3020.0},
-    "H200": {"tflops_16": 700.0, "tflops_tf32": 350.0, "tflops_fp32": 51.0, "gbps": 4300.0},
-    "A100": {"tflops_16": 280.0, "tflops_tf32": 140.0, "tflops_fp32": 19.5, "gbps": 1700.0},
-    "default": {"tflops_16": 100.0, "tflops_tf32": 50.0, "tflops_fp32": 15.0, "gbps": 800.0},
+    "H100": {"tflops_16": 687.0, "tflops_tf32": 375.0, "tflops_fp32": 52.0, "gbps": 3020.0, "smem_kb": 227},
+    "H200": {"tflops_16": 700.0, "tflops_tf32": 350.0, "tflops_fp32": 51.0, "gbps": 4300.0, "smem_kb": 227},
+    "A100": {"tflops_16": 280.0, "tflops_tf32": 140.0, "tflops_fp32": 19.5, "gbps": 1700.0, "smem_kb": 163},
+    "default": {"tflops_16": 100.0, "tflops_tf32": 50.0, "tflops_fp32": 15.0, "gbps": 800.0, "smem_kb": 99},
 }
 PROGRAM_OVERHEAD_US = 1.0  # launch of a program, prologue and epilogue
 ITEM_OVERHEAD_US = 0.15  # switching to another segment's weight inside a program
 BLOCK_MS = (16, 32, 64, 128)
+MAX_WHOLE_K = 128  # up to this K a row tile's product is one tl.dot and the weight tile stays loaded
 ROWS_PER_PROG_FACTORS = (1, 2, 4, 8, 16)
 MAX_ROWS_PER_PROG = 2048
 
@@ -89,18 +91,30 @@ def _peak_tflops(ceil: dict, dtype: torch.dtype) -> float:
     return ceil["tflops_fp32"]
 
 
-def candidates(K: int, N: int) -> List[SegmmConfig]:
-    """All configurations the model and the autotuner consider for these sizes."""
+def fwd_smem_bytes(cfg: SegmmConfig, elt: int) -> int:
+    """Shared memory of the forward kernel as Triton 3.6-3.9 lay it out (exact for fp32 wgmma
+    tiles, an upper bound for 16-bit ones): ``num_stages`` row tiles of the input, the weight
+    tile, and the output tile's layout conversion before the store."""
+    return elt * (cfg.num_stages * cfg.block_m * cfg.block_k + cfg.block_k * cfg.block_n + cfg.block_m * cfg.block_n)
+
+
+def candidates(K: int, N: int, dtype: torch.dtype, ceil: dict) -> List[SegmmConfig]:
+    """All configurations the model and the autotuner consider for these sizes: the whole K in
+    one tile up to MAX_WHOLE_K, three pipeline stages where the shared memory allows, else two."""
+    elt = torch.tensor([], dtype=dtype).element_size()
     block_n = _pow2_clamp(N, 16, 128)
-    block_k = _pow2_clamp(K, 16, 64)
+    block_k = _pow2_clamp(K, 16, MAX_WHOLE_K) if K <= MAX_WHOLE_K else 64
     out = []
     for block_m in BLOCK_MS:
+        warps = 8 if block_m * block_n >= 64 * 128 else 4  # measured on the H100 (K = N = 128, fp32 and bf16)
+        fitting = [cfg for cfg in (SegmmConfig(block_m, block_n, block_k, block_m, warps, stages) for stages in (3, 2))
+                   if fwd_smem_bytes(cfg, elt) <= ceil["smem_kb"] * 1024]
+        if not fitting:
+            continue
         for factor in ROWS_PER_PROG_FACTORS:
             rows = block_m * factor
-            if rows > MAX_ROWS_PER_PROG:
-                continue
-            warps = 8 if block_m * block_n >= 128 * 128 else 4
-            out.append(SegmmConfig(block_m, block_n, block_k, rows, warps, 3 if K > block_k else 2))
+            if rows <= MAX_ROWS_PER_PROG:
+                out.append(fitting[0]._replace(rows_per_prog=rows))
     return out
 
 
@@ -116,7 +130,7 @@ def model_time_us(cfg: SegmmConfig, counts: Tensor, K: int, N: int, dtype: torch
     programs = max(1.0, math.ceil(padded / cfg.rows_per_prog))
     n_tiles = math.ceil(N / cfg.block_n)
     per_sm = max(1, 4 * 128 * 128 // (cfg.block_m * cfg.block_n * cfg.num_warps // 4))
-    per_sm = min(per_sm, 8)
+    per_sm = max(1, min(per_sm, 8, ceil["smem_kb"] * 1024 // fwd_smem_bytes(cfg, elt)))
     waves = math.ceil(programs * n_tiles / (num_sms * per_sm))
     rows = padded / programs
     items_per_prog = items.sum().item() / programs
@@ -132,7 +146,7 @@ def model_time_us(cfg: SegmmConfig, counts: Tensor, K: int, N: int, dtype: torch
 def model_config(counts: Tensor, K: int, N: int, dtype: torch.dtype, device: torch.device) -> SegmmConfig:
     """The configuration with the lowest modelled time (no measurement)."""
     ceil, num_sms = hardware(device)
-    return min(candidates(K, N), key=lambda c: model_time_us(c, counts, K, N, dtype, ceil, num_sms))
+    return min(candidates(K, N, dtype, ceil), key=lambda c: model_time_us(c, counts, K, N, dtype, ceil, num_sms))
 
 
 def wgrad_rows_per_item(stats: SizeStats, num_sms: int, block_m: int) -> int:
@@ -140,6 +154,18 @@ def wgrad_rows_per_item(stats: SizeStats, num_sms: int, block_m: int) -> int:
     target = max(1, 4 * num_sms)
     rows = math.ceil(stats.rows / target) if stats.rows else block_m
     return max(4 * block_m, math.ceil(rows / block_m) * block_m)
+
+
+def wgrad_config(K: int, N: int, dtype: torch.dtype, stats: SizeStats, num_sms: int, ceil: dict) -> SegmmConfig:
+    """Tiles of the weight gradient, whose reduction runs over rows: one K x N tile up to 128 x 128
+    (x and the gradient are read once), 64 rows per step for 128 x 128 tiles, else 128; three
+    stages where they fit. Chosen from a sweep on the H100 (AM, Freebase, AIFB, MUTAG)."""
+    elt = torch.tensor([], dtype=dtype).element_size()
+    block_k, block_n = _pow2_clamp(K, 16, 128), _pow2_clamp(N, 16, 128)
+    big = block_k * block_n >= 128 * 128
+    block_m = 64 if big else 128
+    stages = 3 if 3 * block_m * (block_k + block_n) * elt <= ceil["smem_kb"] * 1024 else 2
+    return SegmmConfig(block_m, block_n, block_k, wgrad_rows_per_item(stats, num_sms, block_m), 8 if big else 4, stages)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,7 +260,7 @@ class Tuner:
         if not self.autotune:
             return model_config(counts, K, N, dtype, device)
         ceil, num_sms = hardware(device)
-        ranked = sorted(candidates(K, N), key=lambda c: model_time_us(c, counts, K, N, dtype, ceil, num_sms))
+        ranked = sorted(candidates(K, N, dtype, ceil), key=lambda c: model_time_us(c, counts, K, N, dtype, ceil, num_sms))
         best = min(ranked[:self.top_k], key=bench)
         with self._lock:
             self._cache[key] = best

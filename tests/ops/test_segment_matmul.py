@@ -186,14 +186,20 @@ def test_triton_forward_and_weight_grad(kernels, case, dtype):
     kernels, device = kernels
     sizes = TRITON_CASES[case]
     x, ptr, w, b = (t.detach() if t is not None else None for t in make(sizes, 20, 33, dtype, device))
+    plan = kernels.SegmentPlan(ptr, x.device)
     scale = 4.0 if dtype != torch.float32 else 1.0
-    assert_close(kernels.forward(x, ptr, w, b), reference(x, ptr, w, b), dtype, scale)
+    for _ in range(2):  # the second call goes straight to the compiled kernels' launchers
+        assert_close(kernels.forward(x, plan, w, b), reference(x, ptr, w, b), dtype, scale)
     # the input gradient: the same kernel with transposed (strided) weights
     g = torch.randn(x.size(0), 33, dtype=dtype, device=device)
-    assert_close(kernels.forward(g, ptr, w.transpose(1, 2)), reference(g, ptr, w.transpose(1, 2)), dtype, scale)
+    assert_close(kernels.forward(g, plan, w.transpose(1, 2)), reference(g, ptr, w.transpose(1, 2)), dtype, scale)
     want = torch.stack([x[ptr[t]:ptr[t + 1]].double().t() @ g[ptr[t]:ptr[t + 1]].double() for t in range(len(sizes))])
+    want_bias = torch.stack([g[ptr[t]:ptr[t + 1]].double().sum(0) for t in range(len(sizes))])
     for deterministic in (True, False):
-        assert_close(kernels.weight_grad(x, ptr, g, deterministic), want, dtype, scale)
+        assert_close(kernels.weight_grad(x, plan, g, deterministic), want, dtype, scale)
+        fused = kernels.weight_grad(x, plan, g, deterministic, bias_grad=True)
+        assert_close(fused[:, :20], want, dtype, scale)
+        assert_close(fused[:, 20], want_bias, dtype, scale)
 
 
 @pytest.mark.parametrize("cfg", [config.SegmmConfig(16, 16, 16, 16), config.SegmmConfig(32, 64, 32, 128),
@@ -201,7 +207,8 @@ def test_triton_forward_and_weight_grad(kernels, case, dtype):
 def test_triton_forward_any_config(kernels, cfg):
     kernels, device = kernels
     x, ptr, w, b = (t.detach() for t in make([0, 70, 5, 1, 33], 37, 40, torch.float32, device))
-    assert_close(kernels.forward(x, ptr, w, b, cfg), reference(x, ptr, w, b), torch.float32)
+    plan = kernels.SegmentPlan(ptr, x.device)
+    assert_close(kernels.forward(x, plan, w, b, cfg), reference(x, ptr, w, b), torch.float32)
 
 
 def test_routing_covers_every_row_once_and_packs_small_segments():
@@ -221,7 +228,8 @@ def test_routing_covers_every_row_once_and_packs_small_segments():
     assert packed.prog_ptr.numel() - 1 < packed.items.size(0)
 
 
-def test_model_prefers_small_tiles_for_tiny_segments():
+def test_model_prefers_small_tiles_for_tiny_segments(monkeypatch):
+    monkeypatch.setattr(config, "hardware", lambda device: (config.HARDWARE["H100"], 132))  # the tuned device
     tiny = torch.full((300,), 3)
     big = torch.full((4,), 200000)
     assert config.model_config(tiny, 64, 64, torch.bfloat16, torch.device("cpu")).block_m == 16
@@ -282,14 +290,15 @@ def test_triton_kernels_compile_for_sm90(dtype, precision, tensor_cores):
     fwd_sig = {"x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "b_ptr": f"*{dtype}", "out_ptr": f"*{dtype}",
                "prog_ptr": "*i32", "items_ptr": "*i32",
                **ints("K", "N", "stride_xm", "stride_wt", "stride_wk", "stride_wn", "stride_om")}
-    fwd_consts = dict(HAS_BIAS=True, PRECISION=precision, WIDEN=False, **blocks)
-    ptx = triton.compile(ASTSource(kernels._segmm_fwd_kernel, {**fwd_sig, **{k: "constexpr" for k in fwd_consts}},
-                                   fwd_consts), target=target).asm["ptx"]
-    assert ("wgmma" in ptx) == tensor_cores
+    for whole_k in (True, False):
+        fwd_consts = dict(HAS_BIAS=True, PRECISION=precision, WIDEN=False, WHOLE_K=whole_k, **blocks)
+        ptx = triton.compile(ASTSource(kernels._segmm_fwd_kernel, {**fwd_sig, **{k: "constexpr" for k in fwd_consts}},
+                                       fwd_consts), target=target).asm["ptx"]
+        assert ("wgmma" in ptx) == tensor_cores
     wgrad_sig = {"x_ptr": f"*{dtype}", "g_ptr": f"*{dtype}", "dst_ptr": "*fp32", "items_ptr": "*i32",
-                 **ints("K", "N", "stride_xm", "stride_gm")}
+                 **ints("K", "N", "stride_xm", "stride_gm", "stride_dt")}
     for atomic in (True, False):
-        consts = dict(ATOMIC=atomic, PRECISION=precision, WIDEN=False, **blocks)
+        consts = dict(ATOMIC=atomic, BIAS_GRAD=True, PRECISION=precision, WIDEN=False, **blocks)
         triton.compile(ASTSource(kernels._segmm_wgrad_kernel, {**wgrad_sig, **{k: "constexpr" for k in consts}},
                                  consts), target=target)
     reduce_sig = {"part_ptr": "*fp32", "type_items_ptr": "*i32", "out_ptr": f"*{dtype}", "KN": "i32",
