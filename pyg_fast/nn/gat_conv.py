@@ -51,47 +51,50 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
         H, C = self.heads, self.out_channels
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
         assert x_src.dim() == 2, "Static graphs not supported in 'GATConv'"
-        res = self.res(x_dst) if self.res is not None and x_dst is not None else None
-        lin_src = self.lin if self.lin is not None else self.lin_src
-        lin_dst = self.lin if self.lin is not None else self.lin_dst
-        if isinstance(x, Tensor) and self.lin is not None:
-            x_src = x_dst = self.lin(x).view(-1, H, C)
+        res_layer, lin = self.res, self.lin
+        res = res_layer(x_dst) if res_layer is not None and x_dst is not None else None
+        # Projections stay [N, H * C]: the aggregation takes them as they are, [N, H, C] views
+        # only for the scores.
+        if lin is not None and isinstance(x, Tensor):
+            h_src = h_dst = lin(x)
         else:
-            x_src = lin_src(x_src).view(-1, H, C)
-            x_dst = lin_dst(x_dst).view(-1, H, C) if x_dst is not None else None
-        alpha_src = (x_src * self.att_src).sum(dim=-1)
-        alpha_dst = None if x_dst is None else (x_dst * self.att_dst).sum(-1)
+            lin_src, lin_dst = (lin, lin) if lin is not None else (self.lin_src, self.lin_dst)
+            h_src = lin_src(x_src)
+            h_dst = lin_dst(x_dst) if x_dst is not None else None
+        alpha_src = (h_src.view(-1, H, C) * self.att_src).sum(dim=-1)
+        alpha_dst = None if h_dst is None else (h_dst.view(-1, H, C) * self.att_dst).sum(-1)
 
         edge_index = edges.edge_index
         if self.add_self_loops:
-            edge_index, edge_attr = self._with_self_loops(edge_index, edge_attr, x_src, x_dst, size)
-        num_src, num_dst = _graph.num_nodes(x_src, x_dst, edges.sizes, size)
+            edge_index, edge_attr = self._with_self_loops(edge_index, edge_attr, h_src, h_dst, size)
+        num_src, num_dst = _graph.num_nodes(h_src, h_dst, edges.sizes, size)
         graph = _graph.by_destination(edge_index, num_src, num_dst, self.flow)
+        has_edges = graph.src.numel() > 0
 
         # The ops are called on the validated graph directly, without their wrappers' per-call checks.
         if alpha_dst is None:
             alpha = alpha_src.index_select(0, graph.src)
-        else:
-            alpha = sddmm_op(alpha_src.unsqueeze(-1).contiguous(), alpha_dst.unsqueeze(-1).contiguous(), graph.src,
-                             graph.dst, "add").squeeze(-1)
-        if graph.src.numel() > 0:  # PyG leaves the scores of an empty graph as they are
-            if edge_attr is not None and self.lin_edge is not None:
+        else:  # the scores are fresh contiguous [N, H]: [N, H, 1] views are what sddmm takes
+            alpha = sddmm_op(alpha_src.unsqueeze(-1), alpha_dst.unsqueeze(-1), graph.src, graph.dst, "add").squeeze(-1)
+        if has_edges:  # PyG leaves the scores of an empty graph as they are
+            lin_edge = self.lin_edge
+            if edge_attr is not None and lin_edge is not None:
                 edge_attr = _graph.in_edge_order(edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr,
                                                  graph)
-                alpha = alpha + (self.lin_edge(edge_attr).view(-1, H, C) * self.att_edge).sum(dim=-1)
+                alpha = alpha + (lin_edge(edge_attr).view(-1, H, C) * self.att_edge).sum(dim=-1)
             alpha = F.leaky_relu(alpha, self.negative_slope)
             alpha = edge_softmax_op(alpha.contiguous(), graph.ptr)
             alpha = F.dropout(alpha, p=self.dropout, training=self.training)
-
-        if graph.src.numel() > 0:
-            out = gather_reduce_csr(x_src, graph.src, graph.ptr, alpha, "sum", graph.max_segment)
+            out = gather_reduce_csr(h_src, graph.src, graph.ptr, alpha, "sum", graph.max_segment)
         else:  # no edges (and maybe no nodes): nothing to aggregate
-            out = x_src.new_zeros(num_dst, H, C)
-        out = out.view(-1, H * C) if self.concat else out.mean(dim=1)
+            out = h_src.new_zeros(num_dst, H * C)
+        if not self.concat:
+            out = out.view(-1, H, C).mean(dim=1)
         if res is not None:
             out = out + res
-        if self.bias is not None:
-            out = out + self.bias
+        bias = self.bias
+        if bias is not None:
+            out = out + bias
         if return_attention_weights is not None:
             return out, (edge_index, _graph.in_input_order(alpha, graph))
         return out
