@@ -131,8 +131,11 @@ def _(grad_out, x, src_index, ptr, weight, out):
 def _setup_context(ctx, inputs, output):
     x, src_index, ptr, weight, reduce = inputs[:5]
     extremum = reduce in ("max", "min", "amax", "amin")
-    ctx.save_for_backward(x, src_index, ptr, weight, output if extremum else None)
+    # x only where the backward reads it (fewer saved tensors to unpack, x freed sooner)
+    ctx.save_for_backward(x if extremum or ctx.needs_input_grad[3] else None, src_index, ptr, weight,
+                          output if extremum else None)
     ctx.reduce = reduce
+    ctx.num_src = x.size(0)
 
 
 def _heads(weight: Optional[Tensor]) -> int:
@@ -143,7 +146,7 @@ def _backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
     x, src_index, ptr, weight, out = ctx.saved_tensors
     need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[3]
     grad_out = grad_out.contiguous()
-    N, F = x.shape
+    N, F = ctx.num_src, grad_out.size(1)
     E, V, H = src_index.numel(), ptr.numel() - 1, _heads(weight)
     grad_x = grad_w = None
     if ctx.reduce in ("max", "min", "amax", "amin"):
