@@ -54,8 +54,10 @@ def _(a, b, a_index, b_index, op):
 
 def _setup_context(ctx, inputs, output):
     a, b, a_index, b_index, op = inputs
-    ctx.save_for_backward(a, b, a_index, b_index)
+    reads_operands = op not in ("add", "sub")  # add/sub gradients are the incoming gradient, summed
+    ctx.save_for_backward(a if reads_operands else None, b if reads_operands else None, a_index, b_index)
     ctx.op = op
+    ctx.num_rows = (a.size(0), b.size(0))
 
 
 def _scatter_rows(values: Tensor, index: Tensor, num_rows: int) -> Tensor:
@@ -71,12 +73,13 @@ def _backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], ...]:
     from pyg_fast.ops.index_segment_reduce import index_weight_segment_reduce
     a, b, a_index, b_index = ctx.saved_tensors
     need_a, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    num_a, num_b = ctx.num_rows
     grad_a = grad_b = None
     if ctx.op == "dot":  # d out[e,h] / d a[i,h,:] = b[j,h,:]: a weighted gather-reduce (SpMM)
         if need_a:
-            grad_a = index_weight_segment_reduce(b, b_index, a_index, grad, a.size(0), "sum")
+            grad_a = index_weight_segment_reduce(b, b_index, a_index, grad, num_a, "sum")
         if need_b:
-            grad_b = index_weight_segment_reduce(a, a_index, b_index, grad, b.size(0), "sum")
+            grad_b = index_weight_segment_reduce(a, a_index, b_index, grad, num_b, "sum")
         return grad_a, grad_b, None, None, None
     if ctx.op == "add":
         ga, gb = grad, grad
@@ -86,9 +89,9 @@ def _backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], ...]:
         a_e, b_e = a.index_select(0, a_index), b.index_select(0, b_index)
         ga, gb = (grad * b_e, grad * a_e) if ctx.op == "mul" else (grad / b_e, -grad * a_e / (b_e * b_e))
     if need_a:
-        grad_a = _scatter_rows(ga, a_index, a.size(0))
+        grad_a = _scatter_rows(ga, a_index, num_a)
     if need_b:
-        grad_b = _scatter_rows(gb, b_index, b.size(0))
+        grad_b = _scatter_rows(gb, b_index, num_b)
     return grad_a, grad_b, None, None, None
 
 
