@@ -75,14 +75,14 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
             norm_index, norm_weight = gcn_norm(edge_index.detach(), None, num_nodes, self.improved,
                                                self.add_self_loops, self.flow, dtype)
             graph, weight = self._by_destination(norm_index, norm_weight, num_nodes)
-            return _NormalizedGraph(norm_index, norm_weight, graph, weight)
+            return _NormalizedGraph(norm_index, norm_weight, graph, weight.unsqueeze(1))
         return _layout.cached(edge_index, ("gcn_norm", num_nodes, self.improved, self.add_self_loops, self.flow,
                                            dtype), compute)
 
 
 class _NormalizedGraph(NamedTuple):
     """``gcn_norm``'s output (``edge_index``, ``edge_weight``, input order) and the same graph
-    grouped by target with the weights in that order."""
+    grouped by target with the weights in that order as [E, 1], the kernel's layout."""
     edge_index: Tensor
     edge_weight: Tensor
     graph: _graph.Graph

@@ -70,7 +70,7 @@ def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optiona
     for size in feat_shape:
         num_features *= size
     x2 = x.reshape(x.size(0), num_features)
-    w2 = _edge_weight(weight, num_edges, x2.size(1), x.device, x.dtype)
+    w2 = _edge_weight(weight, num_edges, x2)
     if layout.perm is not None:
         src_index = src_index.index_select(0, layout.perm)
         w2 = w2.index_select(0, layout.perm) if w2 is not None else None
@@ -85,27 +85,27 @@ def gather_reduce_csr(x: Tensor, src_index: Tensor, ptr: Tensor, weight: Optiona
     range for ``x``), as the fused layers hold them: no index checks or cache lookups per call.
     ``reduce`` is a canonical name (see ``_checks.check_reduce``)."""
     if x.dim() == 2:  # the layers' usual case: no reshapes (about 1.5 us each)
-        w2 = _edge_weight(weight, src_index.numel(), x.size(1), x.device, x.dtype)
+        w2 = _edge_weight(weight, src_index.numel(), x)
         return _index_segment_reduce_csr(x, src_index, ptr, w2, reduce, max_segment)
     x2 = x.reshape(x.size(0), -1)
-    w2 = _edge_weight(weight, src_index.numel(), x2.size(1), x.device, x.dtype)
+    w2 = _edge_weight(weight, src_index.numel(), x2)
     out = _index_segment_reduce_csr(x2, src_index, ptr, w2, reduce, max_segment)
     return out.reshape((ptr.numel() - 1,) + tuple(x.shape[1:]))
 
 
-def _edge_weight(weight: Optional[Tensor], num_edges: int, num_features: int, device: torch.device,
-                 dtype: torch.dtype) -> Optional[Tensor]:
-    """The edge weight as [E, H] in the dtype of x, checked."""
+def _edge_weight(weight: Optional[Tensor], num_edges: int, x2: Tensor) -> Optional[Tensor]:
+    """The edge weight as [E, H] in the dtype of ``x2`` [N, F], checked (once per layer call: kept
+    to plain attribute reads, about 1 us)."""
     if weight is None:
         return None
     check_float(weight, "weight")
-    if weight.device != device:
-        raise ValueError(f"pyg_fast: 'weight' is on {weight.device} but 'x' is on {device}")
-    w2 = weight.reshape(weight.size(0), -1) if weight.dim() > 0 else weight
-    if weight.dim() not in (1, 2) or w2.size(0) != num_edges or num_features % w2.size(1) != 0:
+    if weight.device != x2.device:
+        raise ValueError(f"pyg_fast: 'weight' is on {weight.device} but 'x' is on {x2.device}")
+    w2 = weight.unsqueeze(1) if weight.dim() == 1 else weight
+    if w2.dim() != 2 or w2.size(0) != num_edges or x2.size(1) % w2.size(1) != 0:
         raise ValueError(f"pyg_fast: 'weight' must be [E] or [E, H] with E={num_edges} edges and H "
-                         f"dividing the feature size {num_features}, got {tuple(weight.shape)}")
-    return w2.to(dtype)
+                         f"dividing the feature size {x2.size(1)}, got {tuple(weight.shape)}")
+    return w2 if w2.dtype == x2.dtype else w2.to(x2.dtype)
 
 
 def _index_segment_reduce_csr(x2: Tensor, src_index: Tensor, ptr: Tensor, weight: Optional[Tensor],
