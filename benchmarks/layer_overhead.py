@@ -8,9 +8,10 @@ Default: one layer on a tiny graph (50 nodes), a training step's layer work (for
 backward) of GCN, GIN, SAGE and GAT. ``--models``: the end-to-end models of
 ``benchmarks/suites/e2e.py`` (3 layers) with tiny features (8 channels, GAT 4 heads x 2, so
 kernels cost little) on a Cora-sized graph (2,708 nodes, 10,556 power-law edges; ``--nodes``
-and ``--edges`` change it: on a tiny one what is left is host time): a training step (forward, cross-entropy, backward, Adam) and an inference step, with the number of
-kernel-launching ops per step (torch.profiler on the CPU: leaf ATen/pyg_fast ops that are
-not views or allocations; on the GPU each is a launch).
+and ``--edges`` change it: on a tiny one what is left is host time): a training step (forward,
+cross-entropy, backward, Adam) and an inference step, with the number of kernel-launching ops
+per step (torch.profiler on the CPU: leaf ATen/pyg_fast ops that are not views or
+allocations; on the GPU each is a launch).
 
 Both models of a pair hold the same parameters and their outputs (and, per layer, gradients)
 are checked against each other first. Steps run in blocks that alternate between the two

@@ -191,13 +191,11 @@ class TransposedLayout(NamedTuple):
 
 def transposed_layout(src_index: Tensor, dst_ptr: Tensor, num_src: int) -> TransposedLayout:
     """Layout for the backward pass of a gather-reduce (cached on ``src_index``)."""
-    owner = weakref.ref(dst_ptr)
-
     def compute():
         dst_index = ptr_to_index(dst_ptr, src_index.numel())
         sorted_src, perm = torch.sort(src_index, stable=True)
         ptr = torch._convert_indices_from_coo_to_csr(sorted_src, num_src)
-        return owner, TransposedLayout(perm, ptr, dst_index.index_select(0, perm), _max_segment(ptr))
+        return weakref.ref(dst_ptr), TransposedLayout(perm, ptr, dst_index.index_select(0, perm), _max_segment(ptr))
 
     entry_owner, layout = cached(src_index, ("transposed", num_src, id(dst_ptr), dst_ptr._version), compute)
     if entry_owner() is not dst_ptr:  # id() was reused by another tensor: recompute
