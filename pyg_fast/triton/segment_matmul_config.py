@@ -33,8 +33,9 @@ HARDWARE = {
     "A100": {"tflops_16": 280.0, "tflops_tf32": 140.0, "tflops_fp32": 19.5, "gbps": 1700.0, "smem_kb": 163},
     "default": {"tflops_16": 100.0, "tflops_tf32": 50.0, "tflops_fp32": 15.0, "gbps": 800.0, "smem_kb": 99},
 }
-PROGRAM_OVERHEAD_US = 1.0  # launch of a program, prologue and epilogue
+PROGRAM_OVERHEAD_US = 0.5  # launch of a program, prologue and epilogue
 ITEM_OVERHEAD_US = 0.15  # switching to another segment's weight inside a program
+LOAD_LATENCY_US = 3.5  # fitted to the H100 sweeps: a program's loads in flight complete every LOAD_LATENCY_US
 BLOCK_MS = (16, 32, 64, 128)
 MAX_WHOLE_K = 128  # up to this K a row tile's product is one tl.dot and the weight tile stays loaded
 ROWS_PER_PROG_FACTORS = (1, 2, 4, 8, 16)
@@ -135,10 +136,14 @@ def model_time_us(cfg: SegmmConfig, counts: Tensor, K: int, N: int, dtype: torch
     rows = padded / programs
     items_per_prog = items.sum().item() / programs
     flops = 2.0 * rows * K * cfg.block_n
-    nbytes = elt * (rows * K + rows * cfg.block_n + items_per_prog * K * cfg.block_n)
+    # bytes moved: the rows themselves (padding rows are masked off, not loaded), the weight per item
+    real_rows = n.sum().item() / programs
+    nbytes = elt * (real_rows * K + real_rows * cfg.block_n + items_per_prog * K * cfg.block_n)
     sm_rate_flops = _peak_tflops(ceil, dtype) * 1e6 / (num_sms * per_sm)  # flops per us per program
     sm_rate_bytes = ceil["gbps"] * 1e3 / (num_sms * per_sm)  # bytes per us per program
-    wave_us = max(flops / sm_rate_flops, nbytes / sm_rate_bytes) + PROGRAM_OVERHEAD_US \
+    # latency: a program keeps num_stages - 1 row tiles in flight, and each item first waits for its weight
+    latency_us = (rows / cfg.block_m / max(1, cfg.num_stages - 1) + items_per_prog) * LOAD_LATENCY_US
+    wave_us = max(flops / sm_rate_flops, nbytes / sm_rate_bytes, latency_us) + PROGRAM_OVERHEAD_US \
         + ITEM_OVERHEAD_US * items_per_prog
     return waves * wave_us
 
