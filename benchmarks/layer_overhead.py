@@ -22,6 +22,7 @@ layer step instead.
 import argparse
 import copy
 import cProfile
+import functools
 import pstats
 import time
 from typing import Callable, Dict, List, Tuple
@@ -33,7 +34,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import pyg_fast.nn as fast_nn
 from benchmarks.graphs import power_law_graph
-from benchmarks.suites.e2e import MODELS, make_layer
+from benchmarks.suites import e2e
 
 NUM_NODES, NUM_EDGES, CHANNELS = 50, 200, 16
 # --models: tiny features, by default on a graph of Cora's size
@@ -121,43 +122,38 @@ def kernel_ops(fn: Callable[[], object]) -> int:
     return sum(count(event) for event in prof.events() if event.cpu_parent is None)
 
 
-class Net(torch.nn.Module):
-    """benchmarks/suites/e2e.py's model with the given widths."""
+class Net(e2e.Net):
+    """benchmarks/suites/e2e.py's model (its forward) with the given widths."""
 
     def __init__(self, model: str, dims: List[int]):
-        super().__init__()
-        self.convs = torch.nn.ModuleList(make_layer(model, a, b) for a, b in zip(dims[:-1], dims[1:]))
+        torch.nn.Module.__init__(self)  # not e2e.Net's: it builds the suite's widths
+        self.convs = torch.nn.ModuleList(e2e.make_layer(model, a, b) for a, b in zip(dims[:-1], dims[1:]))
 
-    def forward(self, x, edge_index):
-        for i, conv in enumerate(self.convs):
-            x = conv(x, edge_index)
-            if i < len(self.convs) - 1:
-                x = x.relu()
-        return x
+
+def train_step(net: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+               edge_index: torch.Tensor) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    F.cross_entropy(net(x, edge_index), y).backward()
+    optimizer.step()
+
+
+@torch.no_grad()
+def infer_step(net: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor) -> None:
+    net(x, edge_index)
 
 
 def model_steps(model: str, x: torch.Tensor, y: torch.Tensor, edge_index: torch.Tensor):
     """{"train": {backend: step}, "infer": {backend: step}} for PyG's model and its conversion."""
-    dims = [MODEL_CHANNELS] * MODEL_LAYERS + [MODEL_CLASSES]
     torch.manual_seed(0)
-    stock = Net(model, dims)
+    stock = Net(model, [MODEL_CHANNELS] * MODEL_LAYERS + [MODEL_CLASSES])
     fast = fast_nn.convert(copy.deepcopy(stock))
     with torch.no_grad():
         torch.testing.assert_close(fast(x, edge_index), stock(x, edge_index), rtol=1e-4, atol=1e-4)
     steps: Dict[str, Dict[str, Callable[[], None]]] = {"train": {}, "infer": {}}
     for backend, net in (("pyg", stock), ("pyg_fast", fast)):
         optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
-
-        def train(net=net, optimizer=optimizer):
-            optimizer.zero_grad(set_to_none=True)
-            F.cross_entropy(net(x, edge_index), y).backward()
-            optimizer.step()
-
-        def infer(net=net):
-            with torch.no_grad():
-                net(x, edge_index)
-
-        steps["train"][backend], steps["infer"][backend] = train, infer
+        steps["train"][backend] = functools.partial(train_step, net, optimizer, x, y, edge_index)
+        steps["infer"][backend] = functools.partial(infer_step, net, x, edge_index)
     return steps
 
 
@@ -170,7 +166,7 @@ def run_models(num_nodes: int, num_edges: int, steps: int, blocks: int) -> None:
           f"(GAT 4 heads), 1 thread, median of {blocks} blocks of {steps} steps")
     print("| model | step | PyG (us) | pyg_fast (us) | pyg_fast / PyG | PyG kernels | pyg_fast kernels |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    for model in MODELS:
+    for model in e2e.MODELS:
         for mode, fns in model_steps(model, x, y, edge_index).items():
             us = median_us(fns, steps, blocks)
             kernels = {backend: kernel_ops(fn) for backend, fn in fns.items()}
