@@ -44,7 +44,7 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
                 edge_attr: OptTensor = None, size: Size = None, return_attention_weights: Optional[bool] = None):
         edges = None
         if (isinstance(edge_index, Tensor) and edge_index.layout == torch.strided and not self._pyg_path_required()
-                and not (return_attention_weights is not None and isinstance(edge_index, EdgeIndex))):
+                and not (return_attention_weights and isinstance(edge_index, EdgeIndex))):
             edges = _graph.unpack(edge_index, self.flow)
         if edges is None:
             return super().forward(x, edge_index, edge_attr, size, return_attention_weights)
@@ -95,7 +95,7 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
         bias = self.bias
         if bias is not None:
             out = out + bias
-        if return_attention_weights is not None:
+        if return_attention_weights:  # as PyG's: False returns the output alone
             return out, (edge_index, _graph.in_input_order(alpha, graph))
         return out
 

@@ -62,6 +62,9 @@ def test_attention_weights_in_pyg_order(device):
     assert torch.equal(ei_out, ref_ei)
     torch.testing.assert_close(alpha, ref_alpha, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
+    # PyG tests the flag's truth: False gives the output alone
+    torch.testing.assert_close(fast(x, ei, return_attention_weights=False), ref(x, ei, return_attention_weights=False),
+                               rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("device", DEVICES)
