@@ -13,6 +13,15 @@ from benchmarks.common import summary_markdown
 RUN_KEYS = ("gpu", "commit", "csrc_tree", "date", "torch_scatter")
 
 
+def _origin(run: dict, suite: str) -> dict:
+    """The device run a suite of ``run`` was measured in: its own env, or for an already merged
+    file the entry of its ``env.runs`` that lists the suite."""
+    for origin in run["env"].get("runs") or []:
+        if isinstance(origin, dict) and suite in origin.get("suites", ()):
+            return {k: origin.get(k) for k in RUN_KEYS}
+    return {k: run["env"].get(k) for k in RUN_KEYS}
+
+
 def merge(runs: list) -> dict:
     suites_from = {}  # suite -> index of the run it is taken from
     for i, run in enumerate(runs):
@@ -21,9 +30,15 @@ def merge(runs: list) -> dict:
     records = [r for i, run in enumerate(runs) for r in run["records"] if suites_from[r["suite"]] == i]
     failures = [f for i, run in enumerate(runs) for f in run.get("failures", []) if suites_from.get(f["suite"], i) == i]
     env = dict(runs[-1]["env"])
-    env["runs"] = [dict({k: run["env"].get(k) for k in RUN_KEYS},
-                        suites=sorted(s for s, j in suites_from.items() if j == i))
-                   for i, run in enumerate(runs) if i in suites_from.values()]
+    origins = []  # (origin, suites), in the order the runs were given
+    for suite, i in sorted(suites_from.items(), key=lambda item: item[1]):
+        origin = _origin(runs[i], suite)
+        match = next((entry for entry in origins if entry[0] == origin), None)
+        if match is None:
+            origins.append((origin, [suite]))
+        else:
+            match[1].append(suite)
+    env["runs"] = [dict(origin, suites=sorted(suites)) for origin, suites in origins]
     return {"env": env, "records": records, "failures": failures}
 
 

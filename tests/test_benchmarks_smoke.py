@@ -53,3 +53,20 @@ def test_check_and_timing():
     assert not check(torch.full_like(ref, float("nan")), ref, 1e-5)
     assert not check(ref[:5], ref, 1e-5)
     assert time_ms(lambda: ref.sum(), warmup=0, rep=0) > 0
+
+
+def test_merge_results_keeps_the_origin_of_each_suite():
+    from benchmarks.merge_results import merge
+
+    def run(commit, suites, runs=None):
+        env = {"gpu": "g", "commit": commit, "csrc_tree": commit, "date": commit, "torch_scatter": None}
+        if runs is not None:
+            env["runs"] = runs
+        return {"env": env, "records": [{"suite": s, "case": {}, "method": "pyg_fast", "ms": 1.0} for s in suites]}
+
+    first = merge([run("a", ["x", "y"]), run("b", ["y"])])
+    assert [(r["commit"], r["suites"]) for r in first["env"]["runs"]] == [("a", ["x"]), ("b", ["y"])]
+    # Merging an already merged file keeps where its suites came from.
+    second = merge([first, run("c", ["z"])])
+    assert [(r["commit"], r["suites"]) for r in second["env"]["runs"]] == [("a", ["x"]), ("b", ["y"]), ("c", ["z"])]
+    assert sorted(r["suite"] for r in second["records"]) == ["x", "y", "z"]
