@@ -119,6 +119,10 @@ def test_rgat_matches_pyg(mod, mechanism, mode):
         grads = torch.autograd.grad(out, list(conv.parameters()) + [inputs[0]], grad.to(out.dtype), allow_unused=True)
         runs[name] = [out] + [g for g in grads if g is not None]
     for ours, pyg32, exact in zip(runs["fast"], runs["pyg"], runs["pyg64"]):
+        if wild:  # even float64 overflows to NaN there for some draws (torch 2.11's on the H100 machine)
+            nan = torch.isnan(exact)
+            assert torch.equal(torch.isnan(ours), nan), "NaN where PyG's float64 result has none, or the reverse"
+            ours, exact = ours[~nan], exact[~nan]
         assert rel_err(ours, exact) <= (1e-9 if wild else max(1e-4, 10 * rel_err(pyg32, exact)))
 
 
