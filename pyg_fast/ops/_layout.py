@@ -16,6 +16,8 @@ import torch
 from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 
+from pyg_fast.ops._checks import check_index_tensor
+
 # id(owner) -> (weak reference to owner, {slot: value}); the reference's callback drops the entry
 # when the owner dies. Keyed by id rather than through torch's WeakTensorKeyDictionary, which
 # builds a WeakIdRef object on every lookup (about 1 us of a 2 us lookup).
@@ -165,6 +167,32 @@ def ptr_layout(ptr: Tensor, num_rows: int, covers_all: bool = False) -> SegmentL
 
     covers, max_segment = cached(ptr, ("ptr_layout", num_rows, covers_all), compute)
     return SegmentLayout(ptr, None, covers, max_segment)
+
+
+def segments(index: Optional[Tensor], ptr: Optional[Tensor], num_rows: int, num_segments: Optional[int],
+             device: torch.device, *, index_name: str = "index", size_name: str = "dim_size",
+             covers_all: bool = False, is_sorted: Optional[bool] = None) -> Tuple[SegmentLayout, int]:
+    """The layout and number of segments of the rows an op reduces, from a COO ``index`` (one
+    entry per row, ideally sorted) or a CSR ``ptr`` (used if both are given), checked:
+    ``num_segments`` (the op's ``size_name`` argument) defaults to ``index.max() + 1`` or to
+    what ``ptr`` says, and must agree with ``ptr``. A ``torch_geometric.Index`` says whether it
+    is sorted where ``is_sorted`` is None."""
+    if ptr is not None:
+        check_index_tensor(ptr, "ptr", None, device)
+        if num_segments is not None and num_segments != ptr.numel() - 1:
+            raise ValueError(f"pyg_fast: {size_name}={num_segments} does not match 'ptr' with {ptr.numel()} "
+                             f"entries (expected {size_name}={ptr.numel() - 1})")
+        return ptr_layout(ptr, num_rows, covers_all), ptr.numel() - 1
+    if index is None:
+        raise ValueError(f"pyg_fast: pass '{index_name}' or 'ptr'")
+    check_index_tensor(index, index_name, num_rows, device)
+    if num_segments is None:
+        num_segments = int(index.max()) + 1 if index.numel() > 0 else 0
+    if num_segments < 0:
+        raise ValueError(f"pyg_fast: {size_name} must be non-negative, got {num_segments}")
+    if is_sorted is None:
+        is_sorted = getattr(index, "is_sorted", None)
+    return coo_layout(index, num_segments, is_sorted), num_segments
 
 
 def ptr_to_index(ptr: Tensor, num_rows: int) -> Tensor:

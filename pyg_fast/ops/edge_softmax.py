@@ -6,7 +6,7 @@ from torch import Tensor
 
 from pyg_fast.ops import _layout
 from pyg_fast.ops._autograd import differentiable
-from pyg_fast.ops._checks import check_float, check_index_tensor
+from pyg_fast.ops._checks import check_float
 
 
 def edge_softmax(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
@@ -32,19 +32,8 @@ def edge_softmax(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tens
     if not 0 <= dim < src.dim():
         raise IndexError(f"pyg_fast: dim {dim} is out of range for 'src' of shape {tuple(src.shape)}")
     num_edges = src.size(dim)
-    if ptr is not None:
-        check_index_tensor(ptr, "ptr", None, src.device)
-        if num_nodes is not None and num_nodes != ptr.numel() - 1:
-            raise ValueError(f"pyg_fast: num_nodes={num_nodes} does not match 'ptr' "
-                             f"(expected {ptr.numel() - 1})")
-        layout = _layout.ptr_layout(ptr, num_edges, covers_all=True)
-    elif index is not None:
-        check_index_tensor(index, "index", num_edges, src.device)
-        if num_nodes is None:
-            num_nodes = int(index.max()) + 1 if num_edges > 0 else 0
-        layout = _layout.coo_layout(index, num_nodes, getattr(index, "is_sorted", None))
-    else:
-        raise ValueError("pyg_fast: pass 'index' or 'ptr'")
+    layout, _ = _layout.segments(index, ptr, num_edges, num_nodes, src.device, size_name="num_nodes",
+                                 covers_all=True)
     moved = src.movedim(dim, 0)
     src2 = moved.reshape(num_edges, -1)
     if layout.perm is None:

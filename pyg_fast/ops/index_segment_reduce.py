@@ -50,20 +50,8 @@ def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optiona
     _layout.check_index_range(src_index, x.size(0), "src_index")
     if (dst_index is None) == (ptr is None):
         raise ValueError("pyg_fast: pass exactly one of 'dst_index' and 'ptr'")
-    if ptr is not None:
-        check_index_tensor(ptr, "ptr", None, x.device)
-        if dim_size is not None and dim_size != ptr.numel() - 1:
-            raise ValueError(f"pyg_fast: dim_size={dim_size} does not match 'ptr' "
-                             f"(expected {ptr.numel() - 1})")
-        layout = _layout.ptr_layout(ptr, num_edges, covers_all=True)
-        dim_size = ptr.numel() - 1
-    else:
-        check_index_tensor(dst_index, "dst_index", num_edges, x.device)
-        if dim_size is None:
-            dim_size = int(dst_index.max()) + 1 if num_edges > 0 else 0
-        if sorted is None:
-            sorted = getattr(dst_index, "is_sorted", None)
-        layout = _layout.coo_layout(dst_index, dim_size, sorted)
+    layout, dim_size = _layout.segments(dst_index, ptr, num_edges, dim_size, x.device, index_name="dst_index",
+                                        covers_all=True, is_sorted=sorted)
 
     feat_shape = tuple(x.shape[1:])
     num_features = 1

@@ -6,7 +6,7 @@ from torch import Tensor
 
 from pyg_fast.ops import _layout
 from pyg_fast.ops._autograd import differentiable
-from pyg_fast.ops._checks import check_float, check_index_tensor, check_reduce
+from pyg_fast.ops._checks import check_float, check_reduce
 from pyg_fast.tuning import segment_launch
 
 
@@ -50,22 +50,7 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
     num_rows = src.size(dim)
     if (index is None) == (ptr is None):
         raise ValueError("pyg_fast: pass exactly one of 'index' and 'ptr'")
-    if ptr is not None:
-        check_index_tensor(ptr, "ptr", None, src.device)
-        if dim_size is not None and dim_size != ptr.numel() - 1:
-            raise ValueError(f"pyg_fast: dim_size={dim_size} does not match 'ptr' with {ptr.numel()} "
-                             f"entries (expected dim_size={ptr.numel() - 1})")
-        layout = _layout.ptr_layout(ptr, num_rows)
-        dim_size = ptr.numel() - 1
-    else:
-        check_index_tensor(index, "index", num_rows, src.device)
-        if dim_size is None:
-            dim_size = int(index.max()) + 1 if index.numel() > 0 else 0
-        if dim_size < 0:
-            raise ValueError(f"pyg_fast: dim_size must be non-negative, got {dim_size}")
-        if sorted is None:
-            sorted = getattr(index, "is_sorted", None)  # torch_geometric.Index carries this
-        layout = _layout.coo_layout(index, dim_size, sorted)
+    layout, dim_size = _layout.segments(index, ptr, num_rows, dim_size, src.device, is_sorted=sorted)
 
     shape = list(src.shape)
     pre = 1
