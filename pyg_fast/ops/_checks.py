@@ -33,3 +33,13 @@ def check_index_tensor(index: Tensor, name: str, length: Optional[int], device: 
         raise ValueError(f"pyg_fast: '{name}' has {index.numel()} entries but {length} are expected")
     if index.device != device:
         raise ValueError(f"pyg_fast: '{name}' is on {index.device} but the data is on {device}")
+
+
+def check_dim(t: Tensor, dim: int, name: str) -> int:
+    """``dim`` of ``t`` as a non-negative dimension; ``t`` must have at least one."""
+    if t.dim() == 0:
+        raise ValueError(f"pyg_fast: '{name}' must have at least one dimension")
+    normalized = dim + t.dim() if dim < 0 else dim
+    if not 0 <= normalized < t.dim():
+        raise IndexError(f"pyg_fast: dim {dim} is out of range for '{name}' of shape {tuple(t.shape)}")
+    return normalized

@@ -6,7 +6,7 @@ from torch import Tensor
 
 from pyg_fast.ops import _layout
 from pyg_fast.ops._autograd import differentiable
-from pyg_fast.ops._checks import check_float
+from pyg_fast.ops._checks import check_dim, check_float
 
 
 def edge_softmax(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
@@ -26,11 +26,7 @@ def edge_softmax(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tens
     ``dim``.
     """
     check_float(src, "src")
-    if src.dim() == 0:
-        raise ValueError("pyg_fast: 'src' must have at least one dimension")
-    dim = dim + src.dim() if dim < 0 else dim
-    if not 0 <= dim < src.dim():
-        raise IndexError(f"pyg_fast: dim {dim} is out of range for 'src' of shape {tuple(src.shape)}")
+    dim = check_dim(src, dim, "src")
     num_edges = src.size(dim)
     layout, _ = _layout.segments(index, ptr, num_edges, num_nodes, src.device, size_name="num_nodes",
                                  covers_all=True)

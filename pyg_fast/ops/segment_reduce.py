@@ -6,7 +6,7 @@ from torch import Tensor
 
 from pyg_fast.ops import _layout
 from pyg_fast.ops._autograd import differentiable
-from pyg_fast.ops._checks import check_float, check_reduce
+from pyg_fast.ops._checks import check_dim, check_float, check_reduce
 from pyg_fast.tuning import segment_launch
 
 
@@ -42,11 +42,7 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
     """
     check_float(src, "src")
     reduce = check_reduce(reduce)
-    if src.dim() == 0:
-        raise ValueError("pyg_fast: 'src' must have at least one dimension")
-    dim = dim + src.dim() if dim < 0 else dim
-    if not 0 <= dim < src.dim():
-        raise IndexError(f"pyg_fast: dim {dim} is out of range for 'src' of shape {tuple(src.shape)}")
+    dim = check_dim(src, dim, "src")
     num_rows = src.size(dim)
     if (index is None) == (ptr is None):
         raise ValueError("pyg_fast: pass exactly one of 'index' and 'ptr'")
