@@ -231,14 +231,10 @@ def transposed_layout(src_index: Tensor, dst_ptr: Tensor, num_src: int) -> Trans
     return layout
 
 
-def transposed_mean_scale(layout: TransposedLayout, dst_ptr: Tensor, dtype: torch.dtype) -> Tensor:
-    """[E, 1]: 1 / (in-degree of the destination, at least 1) of every edge of ``layout`` (a
-    :func:`transposed_layout` over ``dst_ptr``), in its order and ``dtype``; the weights of a mean's
-    backward pass (cached on ``layout.dst_index``)."""
-    def compute():
-        degree = dst_ptr.diff().clamp_(min=1).index_select(0, layout.dst_index)
-        return degree.to(dtype).reciprocal_().unsqueeze(1)
-    return cached(layout.dst_index, ("mean_scale", dtype), compute)
+def segment_sizes(ptr: Tensor, dtype: torch.dtype) -> Tensor:
+    """[V, 1]: the sizes of the segments of ``ptr`` (at least 1) in ``dtype``, what a mean divides
+    by (cached on ``ptr``)."""
+    return cached(ptr, ("segment_sizes", dtype), lambda: ptr.diff().clamp_(min=1).to(dtype).unsqueeze(1))
 
 
 def uses(ptr: Tensor) -> int:

@@ -146,16 +146,13 @@ def _backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
         if need_w:
             grad_w = (grad_msg * x.index_select(0, src_index).view(E, H, F // H)).sum(-1)
         return grad_x, None, None, grad_w, None, None, None
+    if ctx.reduce == "mean":  # divided, as PyG's mean backward does: the same rounding
+        grad_out = grad_out / _layout.segment_sizes(ptr, grad_out.dtype)
     if need_x:
         t = _layout.transposed_layout(src_index, ptr, N)
         w_t = weight.index_select(0, t.perm) if weight is not None else None
-        if ctx.reduce == "mean":  # d out_i / d x_j = w_ji / deg_i: 1 / deg_i as a (cached) edge weight
-            scale = _layout.transposed_mean_scale(t, ptr, grad_out.dtype)
-            w_t = scale if w_t is None else w_t * scale
         grad_x = _index_segment_reduce_csr(grad_out, t.dst_index, t.ptr, w_t, "sum", t.max_segment)
     if need_w:
-        if ctx.reduce == "mean":
-            grad_out = grad_out / ptr.diff().clamp(min=1).to(grad_out.dtype).unsqueeze(1)
         dst_index = _layout.ptr_to_index(ptr, E)
         grad_w = sddmm_op(grad_out.view(V, H, F // H), x.view(N, H, F // H), dst_index,
                                           src_index, "dot")
