@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from pyg_fast.ops import _layout
+from pyg_fast.ops._autograd import differentiable
 from pyg_fast.ops._checks import check_float, check_index_tensor
 
 
@@ -48,7 +49,7 @@ def segment_matmul(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Te
         plan = _cuda_plan(ptr, inputs.size(0), inputs.device)
         return _EagerCUDA.apply(inputs.contiguous(), other.contiguous(), bias, deterministic, plan)
     ptr = _layout.ptr_layout(ptr, inputs.size(0), covers_all=True).ptr
-    return torch.ops.pyg_fast.segment_matmul(inputs.contiguous(), ptr, other.contiguous(), bias, deterministic)
+    return segment_matmul_op(inputs.contiguous(), ptr, other.contiguous(), bias, deterministic)
 
 
 def gather_segment_matmul(inputs: Tensor, types: Tensor, other: Tensor, bias: Optional[Tensor] = None, *,
@@ -130,7 +131,7 @@ def _backward(ctx, grad: Tensor):
     return (grad_x, None, grad_other, grad_bias, None)[:len(needs)]
 
 
-torch.library.register_autograd("pyg_fast::segment_matmul", _backward, setup_context=_setup_context)
+segment_matmul_op = differentiable("segment_matmul", _backward, _setup_context)
 
 
 class _EagerCUDA(torch.autograd.Function):
