@@ -1,4 +1,5 @@
 """Gather-fused segment reduction and weighted SpMM (torch.ops.pyg_fast.index_segment_reduce)."""
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -54,10 +55,7 @@ def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optiona
                                         covers_all=True, is_sorted=sorted)
 
     feat_shape = tuple(x.shape[1:])
-    num_features = 1
-    for size in feat_shape:
-        num_features *= size
-    x2 = x.reshape(x.size(0), num_features)
+    x2 = x.reshape(x.size(0), math.prod(feat_shape))
     w2 = _edge_weight(weight, num_edges, x2)
     if layout.perm is not None:
         src_index = src_index.index_select(0, layout.perm)

@@ -1,4 +1,5 @@
 """Segment reduction over a sorted index or CSR pointer (torch.ops.pyg_fast.segment_reduce)."""
+import math
 from typing import Optional
 
 import torch
@@ -49,10 +50,8 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
     layout, dim_size = _layout.segments(index, ptr, num_rows, dim_size, src.device, is_sorted=sorted)
 
     shape = list(src.shape)
-    pre = 1
-    for s in shape[:dim]:
-        pre *= s
-    src3 = src.reshape(pre, num_rows, -1) if src.numel() > 0 else src.new_zeros(pre, num_rows, _prod(shape[dim + 1:]))
+    pre = math.prod(shape[:dim])
+    src3 = src.reshape(pre, num_rows, -1) if src.numel() > 0 else src.new_zeros(pre, num_rows, math.prod(shape[dim + 1:]))
     out = reduce_by_layout(src3, layout, reduce)
     shape[dim] = dim_size
     return out.reshape(shape)
@@ -68,13 +67,6 @@ def reduce_by_layout(src3: Tensor, layout: _layout.SegmentLayout, reduce: str) -
         return _index_segment_reduce_csr(src3[0], layout.perm, layout.ptr, None, reduce,
                                          layout.max_segment).unsqueeze(0)
     return _segment_reduce_csr(src3.index_select(1, layout.perm), layout.ptr, reduce, True, layout.max_segment)
-
-
-def _prod(sizes) -> int:
-    p = 1
-    for s in sizes:
-        p *= s
-    return p
 
 
 def _segment_reduce_csr(src3: Tensor, ptr: Tensor, reduce: str, covers_all: bool,
