@@ -220,6 +220,9 @@ class TransposedLayout(NamedTuple):
 def cached_with(tensor: Tensor, other: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
     """``compute()`` of two tensors, memoised on ``tensor`` for this ``other`` tensor (its identity
     and version). ``other`` is held weakly: a cached value must not keep it alive."""
+    if _compiling(tensor, other) or torch.jit.is_scripting():  # dynamo cannot trace id() of a traced tensor
+        return compute()
+
     def entry():
         return weakref.ref(other), compute()
 
