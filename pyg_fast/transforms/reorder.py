@@ -1,10 +1,10 @@
 """Community-aware node renumbering (issue 5): neighbours get nearby ids, so the rows a
 segment reduction gathers (``x[src]``) lie close together in memory and in cache.
 
-Everything runs as vectorised torch on the edges' device (no Python loop over nodes or
-communities): one sort builds the undirected adjacency, label propagation costs a few passes
-over sampled neighbours, Cuthill-McKee one pass per BFS level, the final permutation one sort of
-the edges."""
+Everything runs on the edges' device without a Python loop over nodes or communities: one sort
+builds the undirected adjacency, label propagation costs one fused op per round over sampled
+neighbours (``torch.ops.pyg_fast.label_propagation_round``), Cuthill-McKee a few vectorised torch
+ops per BFS level, the final permutation one sort of the edges."""
 import copy
 from typing import NamedTuple, Optional
 
@@ -18,7 +18,7 @@ from torch_geometric.transforms import BaseTransform
 NODE_PERM, EDGE_PERM = "node_perm", "edge_perm"
 # Neighbours label propagation looks at per node and round (all of them up to this degree, an
 # evenly spread sample from a random offset above it): a fixed cost per node instead of a sort of
-# all the edges' (node, label) pairs each round.
+# all the edges' (node, label) pairs each round. Fixed in the op (kLabelPropagationSamples).
 LP_NEIGHBOURS = 16
 WHEN = ("always", "auto")
 
@@ -53,20 +53,24 @@ def undirected_adjacency(edge_index: Tensor, num_nodes: int) -> Adjacency:
 def label_propagation(edge_index: Tensor, num_nodes: int, max_iters: int = 20, seed: int = 0,
                       adjacency: Optional[Adjacency] = None) -> Tensor:
     """Community label of every node by semi-synchronous label propagation (a fast modularity
-    heuristic), vectorised with torch on the edges' device; edges are taken as undirected.
+    heuristic) on the edges' device, one ``label_propagation_round`` op per round; edges are
+    taken as undirected.
 
     The nodes are split once into two random halves that update in turn (updating all at once
     oscillates on bipartite structures). An updating node adopts the label most frequent among
     itself and its neighbours, all of them up to ``LP_NEIGHBOURS`` neighbours, else
-    ``LP_NEIGHBOURS`` spread evenly over its list from a random offset per round. Ties are broken
+    ``LP_NEIGHBOURS`` spread evenly over its list from a random offset per round (below
+    ``LP_NEIGHBOURS`` neighbours, each missing one adds a vote for the label of adjacency entry
+    ``col[0]``, should that label be a candidate: a quirk of the first, vectorised version, kept so
+    that results stay the same). Ties are broken
     by a random order of the labels drawn anew each round (a fixed order floods the graph with
     the first labels: min-label propagation finds connected components, not communities). One
     order for all nodes of a round, rather than a coin per node, makes the first rounds, where
     every label ties, gather nodes around locally first labels: on a 100-block sbm, 0.89 instead
     of 0.86 of the edges end within V/20 after 10 rounds. Stops after ``max_iters`` rounds, or after a
     pair of rounds in which at most 0.1% of the nodes changed (checked once per pair: one host
-    sync per two rounds). Deterministic for a given ``seed`` and device. Returns labels
-    compacted to 0..C-1 (int64).
+    sync per two rounds). The random draws are torch's; deterministic for a given ``seed`` and
+    device. Returns labels compacted to 0..C-1 (int64).
     """
     device = edge_index.device
     adj = adjacency if adjacency is not None else undirected_adjacency(edge_index, num_nodes)
@@ -79,22 +83,11 @@ def label_propagation(edge_index: Tensor, num_nodes: int, max_iters: int = 20, s
                   _sample_plan(adj, (~first_half).nonzero().squeeze(1))]
         changed = torch.zeros((), dtype=torch.long, device=device)
         for round_ in range(max_iters):
-            nodes, start, degree, spread, valid = halves[round_ % 2]
+            nodes, degree = halves[round_ % 2]
             offset = (torch.rand(nodes.numel(), generator=generator, device=device) * degree).long()
-            rotated = (spread + offset.unsqueeze(1)) % degree.clamp(min=1).unsqueeze(1)
-            entry = torch.where(valid, start.unsqueeze(1) + rotated, 0)
-            current = labels[nodes]
-            candidates = torch.cat([current.unsqueeze(1), labels[adj.col[entry]]], 1)
-            # How often each candidate's label occurs in its row, ties broken by a random order of
-            # the labels. One [n, 17, 17] comparison: two kernels, ~600 bytes per row on a GPU (a
-            # loop of 17 column comparisons is 34 kernels and ~1.8 KB per row; it is 1.5x faster on CPU).
-            count = (candidates.unsqueeze(2) == candidates.unsqueeze(1)).sum(2, dtype=torch.uint8)
             priority = torch.rand(num_nodes, generator=generator, device=device)
-            score = priority[candidates] + count
-            score[:, 1:].masked_fill_(~valid, -1.0)
-            winner = candidates.gather(1, score.argmax(1, keepdim=True)).squeeze(1)
-            changed += (winner != current).sum()
-            labels[nodes] = winner
+            labels = torch.ops.pyg_fast.label_propagation_round(labels, adj.ptr, adj.col, nodes, offset, priority,
+                                                                changed)
             if round_ % 2 == 1:
                 if int(changed) <= num_nodes // 1000:
                     break
@@ -105,13 +98,14 @@ def label_propagation(edge_index: Tensor, num_nodes: int, max_iters: int = 20, s
 
 
 def _sample_plan(adj: Adjacency, nodes: Tensor):
-    """What does not change between label propagation rounds for ``nodes``: each node's first
-    entry, degree, the sampled offsets within its list before rotation, and which are real."""
-    start, degree = adj.ptr[nodes], adj.ptr[nodes + 1] - adj.ptr[nodes]
-    slot = torch.arange(LP_NEIGHBOURS, device=nodes.device)
-    deg = degree.unsqueeze(1)
-    spread = torch.where(deg > LP_NEIGHBOURS, slot * deg // LP_NEIGHBOURS, slot)
-    return nodes, start, degree, spread, slot < deg
+    """What does not change between label propagation rounds for ``nodes``: the nodes and their
+    degrees (a round's sampling offsets are drawn in ``[0, degree]``)."""
+    return nodes, adj.ptr[nodes + 1] - adj.ptr[nodes]
+
+
+@torch.library.register_fake("pyg_fast::label_propagation_round")
+def _(labels, ptr, col, nodes, offset, priority, changed):
+    return torch.empty_like(labels)
 
 
 def community_rcm_order(edge_index: Tensor, num_nodes: int, communities: Tensor,

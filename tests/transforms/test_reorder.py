@@ -9,8 +9,9 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.nn import GCNConv, SAGEConv
 
 import pyg_fast
-from pyg_fast.testing import assert_close
+from pyg_fast.testing import DEVICES, assert_close
 from pyg_fast.transforms import Reorder, community_rcm_order, label_propagation
+from pyg_fast.transforms.reorder import undirected_adjacency
 from pyg_fast.tuning.reorder import MODELS, ReorderModel, decide, device_cache_bytes, sampled_community_share
 
 
@@ -190,6 +191,195 @@ def test_edgeless_and_self_loop_only_graphs():
     for edge_index in (torch.empty(2, 0, dtype=torch.long), torch.tensor([[2, 2], [2, 2]])):
         data = Reorder()(Data(edge_index=edge_index, num_nodes=4))
         assert torch.equal(data.node_perm, torch.arange(4))  # every node its own community
+
+
+def reference_round(labels, ptr, col, nodes, offset, priority):
+    """One label propagation round as the vectorised torch code that label_propagation_round
+    replaced: (new labels, how many of ``nodes`` changed label)."""
+    start, degree = ptr[nodes], ptr[nodes + 1] - ptr[nodes]
+    slot = torch.arange(16, device=nodes.device)
+    deg = degree.unsqueeze(1)
+    spread = torch.where(deg > 16, slot * deg // 16, slot)
+    valid = slot < deg
+    rotated = (spread + offset.unsqueeze(1)) % degree.clamp(min=1).unsqueeze(1)
+    entry = torch.where(valid, start.unsqueeze(1) + rotated, 0)
+    current = labels[nodes]
+    candidates = torch.cat([current.unsqueeze(1), labels[col[entry]]], 1)
+    count = (candidates.unsqueeze(2) == candidates.unsqueeze(1)).sum(2, dtype=torch.uint8)
+    score = priority[candidates] + count
+    score[:, 1:].masked_fill_(~valid, -1.0)
+    winner = candidates.gather(1, score.argmax(1, keepdim=True)).squeeze(1)
+    out = labels.clone()
+    out[nodes] = winner
+    return out, int((winner != current).sum())
+
+
+def reference_label_propagation(edge_index, num_nodes, max_iters=20, seed=0):
+    """label_propagation as it was before the fused op: the same draws, reference_round."""
+    adj = undirected_adjacency(edge_index, num_nodes)
+    device = edge_index.device
+    labels = torch.arange(num_nodes, dtype=adj.col.dtype, device=device)
+    if adj.col.numel() > 0 and max_iters > 0:
+        generator = torch.Generator(device=device).manual_seed(seed)
+        first_half = torch.rand(num_nodes, generator=generator, device=device) < 0.5
+        halves = [first_half.nonzero().squeeze(1), (~first_half).nonzero().squeeze(1)]
+        changed = 0
+        for round_ in range(max_iters):
+            nodes = halves[round_ % 2]
+            degree = adj.ptr[nodes + 1] - adj.ptr[nodes]
+            offset = (torch.rand(nodes.numel(), generator=generator, device=device) * degree).long()
+            priority = torch.rand(num_nodes, generator=generator, device=device)
+            labels, moved = reference_round(labels, adj.ptr, adj.col, nodes, offset, priority)
+            changed += moved
+            if round_ % 2 == 1:
+                if changed <= num_nodes // 1000:
+                    break
+                changed = 0
+    return torch.unique(labels.long(), return_inverse=True)[1]
+
+
+def hub_graph(gen, num_nodes):
+    """Random edges among the first 3/4 of the nodes (the rest isolated), with self-loops,
+    repeated edges and hubs of degree > 16 (some far above)."""
+    linked = max(1, 3 * num_nodes // 4)
+    edges = torch.randint(0, linked, (2, 3 * num_nodes), generator=gen)
+    hubs = torch.randint(0, linked, (3,), generator=gen)
+    spokes = torch.stack([hubs.repeat_interleave(40), torch.randint(0, linked, (120,), generator=gen)])
+    return torch.cat([edges, spokes, edges[:, :num_nodes // 2]], 1)  # the last part: repeats
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("seed", range(6))
+def test_round_is_the_vectorised_round(device, dtype, seed):
+    """label_propagation_round against reference_round, bit for bit: both halves, few distinct
+    labels (many equal candidates, which also meet col[0]'s label in the slots that are not
+    real), priorities with exact ties and ties made by float32 rounding (p + 1 == 0 + 2 for
+    p = 1 - 2**-24), sampling offsets as drawn and arbitrary ones."""
+    gen = torch.Generator().manual_seed(seed)
+    num_nodes = int(torch.randint(20, 300, (1,), generator=gen))
+    adj = undirected_adjacency(hub_graph(gen, num_nodes), num_nodes)
+    ptr, col = adj.ptr.to(device), adj.col.to(device=device, dtype=dtype)
+    assert int(adj.ptr.diff().max()) > 16 and int(adj.ptr.diff().min()) == 0
+    half = torch.rand(num_nodes, generator=gen) < 0.5
+    levels = torch.tensor([0.0, 0.25, 0.5, 1 - 2 ** -24])
+    for labels_span in (3, 10, num_nodes):
+        labels = torch.randint(0, labels_span, (num_nodes,), generator=gen).to(device=device, dtype=dtype)
+        for priority in (torch.rand(num_nodes, generator=gen), levels[torch.randint(0, 4, (num_nodes,), generator=gen)]):
+            priority = priority.to(device)
+            for nodes in (half.nonzero().squeeze(1), (~half).nonzero().squeeze(1)):
+                degree = (adj.ptr[nodes + 1] - adj.ptr[nodes])
+                for offset in ((torch.rand(nodes.numel(), generator=gen) * degree).long(),
+                               torch.randint(0, 10 ** 6, (nodes.numel(),), generator=gen)):
+                    nodes_d, offset_d = nodes.to(device), offset.to(device)
+                    want, moved = reference_round(labels, ptr, col, nodes_d, offset_d, priority)
+                    changed = torch.full((), 5, dtype=torch.long, device=device)
+                    got = torch.ops.pyg_fast.label_propagation_round(labels, ptr, col, nodes_d, offset_d, priority,
+                                                                      changed)
+                    assert got.dtype == dtype and torch.equal(got, want)
+                    assert int(changed) == 5 + moved
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("seed", range(4))
+def test_label_propagation_is_the_vectorised_version(device, seed):
+    """The whole loop against the one of reference rounds, on a block graph and a hub graph."""
+    gen = torch.Generator().manual_seed(seed)
+    edge_index, _ = block_graph(num_nodes=800, num_blocks=8, num_edges=8000, seed=seed)
+    for graph, num_nodes in ((edge_index, 800), (hub_graph(gen, 500), 500)):
+        graph = graph.to(device)
+        want = reference_label_propagation(graph, num_nodes, seed=seed)
+        assert torch.equal(label_propagation(graph, num_nodes, seed=seed), want)
+        assert torch.equal(label_propagation(graph, num_nodes, max_iters=3, seed=seed),
+                           reference_label_propagation(graph, num_nodes, max_iters=3, seed=seed))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_round_without_neighbours_or_nodes(device):
+    """No edges at all: every node keeps its label. No updating nodes: a copy, nothing changed."""
+    labels = torch.tensor([4, 0, 2, 2, 1], dtype=torch.int32, device=device)
+    ptr = torch.zeros(6, dtype=torch.long, device=device)
+    col = torch.empty(0, dtype=torch.int32, device=device)
+    nodes = torch.arange(5, device=device)
+    changed = torch.zeros((), dtype=torch.long, device=device)
+    priority = torch.rand(5, device=device)
+    got = torch.ops.pyg_fast.label_propagation_round(labels, ptr, col, nodes, nodes * 7, priority, changed)
+    assert torch.equal(got, labels) and got.data_ptr() != labels.data_ptr() and int(changed) == 0
+    got = torch.ops.pyg_fast.label_propagation_round(labels, ptr, col, nodes[:0], nodes[:0], priority, changed)
+    assert torch.equal(got, labels) and int(changed) == 0
+
+
+def round_args(device="cpu"):
+    """A valid call: a triangle 0-1-2 and node 3 hanging off node 0."""
+    adj = undirected_adjacency(torch.tensor([[0, 1, 2, 3], [1, 2, 0, 0]]), 4)
+    return dict(labels=torch.arange(4, dtype=torch.int32, device=device), ptr=adj.ptr.to(device),
+                col=adj.col.to(device), nodes=torch.tensor([0, 2], device=device),
+                offset=torch.tensor([1, 0], device=device), priority=torch.rand(4, device=device),
+                changed=torch.zeros((), dtype=torch.long, device=device))
+
+
+def call_round(**changes):
+    args = round_args()
+    args.update(changes)
+    return torch.ops.pyg_fast.label_propagation_round(*args.values())
+
+
+@pytest.mark.parametrize("changes, error, match", [
+    (dict(labels=torch.arange(4.0)), TypeError, "'labels' must be int32 or int64"),
+    (dict(labels=torch.zeros(2, 2, dtype=torch.int32)), ValueError, "1-D 'labels'"),
+    (dict(ptr=torch.tensor([0, 3, 5, 7])), ValueError, "'ptr' must have V \\+ 1 = 5"),
+    (dict(ptr=torch.tensor([0, 3, 5, 7, 8], dtype=torch.int32)), TypeError, "'ptr' must be int64"),
+    (dict(col=torch.zeros(8, dtype=torch.long)), TypeError, "'col' must have the dtype of 'labels'"),
+    (dict(nodes=torch.tensor([0, 2], dtype=torch.int32)), TypeError, "'nodes' must be int64"),
+    (dict(offset=torch.tensor([1])), ValueError, "'offset' must have one entry per node"),
+    (dict(priority=torch.rand(4, dtype=torch.float64)), TypeError, "'priority' must be float32"),
+    (dict(changed=torch.zeros((), dtype=torch.int32)), TypeError, "'changed' must be int64"),
+    (dict(changed=torch.zeros(2, dtype=torch.long)), ValueError, "'changed' must hold one value"),
+    # Indices out of range: the CPU kernel raises (the CUDA kernel skips them).
+    (dict(nodes=torch.tensor([0, 4])), IndexError, "'nodes' holds ids outside \\[0, 4\\)"),
+    (dict(nodes=torch.tensor([-1, 2])), IndexError, "'nodes' holds ids"),
+    (dict(col=torch.tensor([2, 3, 1, 0, 2, 9, 0, 0], dtype=torch.int32)), IndexError, "'col' holds ids"),
+    (dict(ptr=torch.tensor([0, 3, 5, 4, 8])), ValueError, "'ptr' must be non-decreasing"),
+    (dict(ptr=torch.tensor([0, 3, 5, 9, 9])), ValueError, "'ptr' must be non-decreasing"),
+    (dict(priority=torch.rand(3)), IndexError, "'labels' holds labels outside \\[0, 3\\)"),
+])
+def test_round_bad_inputs_raise(changes, error, match):
+    with pytest.raises(error, match=match):
+        call_round(**changes)
+    assert torch.equal(call_round(), call_round())  # the valid call works
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="needs CUDA")
+def test_round_cuda_skips_bad_indices_and_checks_devices():
+    args = round_args("cuda")
+    want, moved = reference_round(*list(args.values())[:6])
+    args["nodes"] = torch.tensor([0, -1, 2, 4, 1 << 40], device="cuda")
+    args["offset"] = torch.tensor([1, 0, 0, 0, 0], device="cuda")
+    got = torch.ops.pyg_fast.label_propagation_round(*args.values())
+    assert torch.equal(got, want) and int(args["changed"]) == moved
+    # Sampled entries outside [0, V), a row past the end of col, labels without a priority.
+    for bad in (dict(col=torch.tensor([1, 2, -3, 0, 9, 2, 1 << 30, 0], dtype=torch.int32, device="cuda")),
+                dict(ptr=torch.tensor([0, 3, 5, 100, 100], device="cuda")), dict(priority=torch.rand(1, device="cuda"))):
+        torch.ops.pyg_fast.label_propagation_round(*{**args, **bad}.values())
+    torch.cuda.synchronize()
+    for name in ("ptr", "col", "nodes", "offset", "priority", "changed"):
+        with pytest.raises(ValueError, match=f"'{name}' is on cpu"):
+            torch.ops.pyg_fast.label_propagation_round(*{**args, name: args[name].cpu()}.values())
+
+
+def test_round_compiles_fullgraph():
+    args = round_args()
+    args["labels"] = torch.tensor([3, 1, 1, 0], dtype=torch.int32)  # node 0 changes to 1
+    want = torch.ops.pyg_fast.label_propagation_round(*args.values())
+    assert want.tolist() == [1, 1, 1, 0] and int(args["changed"]) == 1
+
+    def fn(labels, changed):
+        return torch.ops.pyg_fast.label_propagation_round(labels, args["ptr"], args["col"], args["nodes"],
+                                                          args["offset"], args["priority"], changed)
+
+    changed = torch.zeros((), dtype=torch.long)
+    got = torch.compile(fn, fullgraph=True, backend="aot_eager")(args["labels"], changed)
+    assert torch.equal(got, want) and int(changed) == 1
 
 
 # A model whose numbers are easy to check by hand: one cache level.
