@@ -97,25 +97,11 @@ __device__ __forceinline__ void fold_vec(acc_t (&acc)[VEC], const Vec<scalar_t, 
   }
 }
 
-// Bytes of row data one lane keeps in flight while folding (see fold_rows). Rows of one lane's
-// segment are loaded in rounds of fold_unroll = this / (vector bytes) rows, 4 to 16: a narrow
-// vector needs more rows per round to keep as many bytes moving. The unroll probe overrides it.
-#ifndef PYG_FAST_FOLD_BYTES
-#define PYG_FAST_FOLD_BYTES 64
-#endif
+// Rows of one lane's segment loaded per round (see fold_rows). On the H100 (session 5) 4 rows per
+// round beat 16 for one-float vectors (F = 1: up to 1.4x slower at 16, more registers, lower
+// occupancy); with 16-byte vectors 4 was measured only.
+constexpr int kFoldUnroll = 4;
 
-template <typename scalar_t, int VEC>
-__host__ __device__ constexpr int fold_unroll() {
-  constexpr int rows = PYG_FAST_FOLD_BYTES / static_cast<int>(sizeof(scalar_t) * VEC);
-  return rows < 4 ? 4 : (rows > 16 ? 16 : rows);
-}
-
-// Folds the rows lo, lo + step, ... < hi of one lane's VEC features into acc, in rounds of
-// fold_unroll rows whose loads (and weights) are all issued before any is used. The last round is
-// predicated rather than finished one row at a time, so a segment of up to fold_unroll rows costs
-// one memory round trip (index, then rows) instead of one per leftover row; and the weights are
-// read with the rows, not behind the validity test, which would add a third round trip.
-// The rows are folded in order, so the result does not depend on the unroll.
 // Loads rows e, e + step, ... (UNROLL of them, those below hi where PARTIAL) with their
 // weights, all before any is used, then folds them in order.
 template <int UNROLL, bool PARTIAL, typename acc_t, Reduce R, int VEC, typename Rows>
@@ -138,14 +124,19 @@ __device__ __forceinline__ void fold_round(const Rows& rows, int64_t b, int64_t 
     if (ok[u]) fold_vec<acc_t, R, Rows::kScaled>(acc, v[u], s[u]);
 }
 
+// Folds the rows lo, lo + step, ... < hi of one lane's VEC features into acc, in rounds of
+// kFoldUnroll rows whose loads (and weights) are all issued before any is used. The last round is
+// predicated rather than finished one row at a time, so a segment of up to kFoldUnroll rows costs
+// one memory round trip (index, then rows) instead of one per leftover row; and the weights are
+// read with the rows, not behind the validity test, which would add a third round trip.
+// The rows are folded in order, so the result does not depend on the unroll.
 template <typename acc_t, Reduce R, int VEC, typename Rows>
 __device__ __forceinline__ void fold_rows(const Rows& rows, int64_t b, int64_t lo, int64_t hi,
                                           int64_t f0, acc_t (&acc)[VEC], int64_t step = 1) {
-  constexpr int UNROLL = fold_unroll<typename Rows::scalar_type, VEC>();
   int64_t e = lo;
-  for (; e + (UNROLL - 1) * step < hi; e += UNROLL * step)
-    fold_round<UNROLL, false, acc_t, R, VEC>(rows, b, e, hi, f0, acc, step);
-  if (e < hi) fold_round<UNROLL, true, acc_t, R, VEC>(rows, b, e, hi, f0, acc, step);
+  for (; e + (kFoldUnroll - 1) * step < hi; e += kFoldUnroll * step)
+    fold_round<kFoldUnroll, false, acc_t, R, VEC>(rows, b, e, hi, f0, acc, step);
+  if (e < hi) fold_round<kFoldUnroll, true, acc_t, R, VEC>(rows, b, e, hi, f0, acc, step);
 }
 
 template <typename scalar_t, typename acc_t, Reduce R, int VEC>
