@@ -11,7 +11,7 @@ and dilute the relative gain, not the absolute one. Case keys: graph, F. Methods
 - ``pyg_fast``: an iteration on the reordered graph plus Reorder's cost divided by 20 (its
   preprocessing amortised over 20 iterations). Extra fields: ``reorder_ms`` (the transform,
   once: the median of 3 calls after a warm-up call, 1 call in quick mode), ``iteration_ms`` (an
-  iteration on the reordered graph), ``break_even_iterations`` (iterations after which Reorder
+  iteration on the reordered graph), ``layers`` (aggregations per iteration), ``break_even_iterations`` (iterations after which Reorder
   has paid for itself; None where it never does), and what ``Reorder(when="auto")`` would do:
   ``selector_reorders`` (its two-stage decision for 20 iterations of ``LAYERS`` aggregation passes,
   ``Reorder.plan``; its time is
@@ -102,12 +102,14 @@ def iteration(x: torch.Tensor, edge_index: torch.Tensor, weight: torch.Tensor, n
 
 def reference_model(x: torch.Tensor, edge_index: torch.Tensor, weight: torch.Tensor, num_nodes: int,
                     layers: list) -> torch.Tensor:
-    """The model's output in float64."""
-    h = x.double()
-    for i, lin in enumerate(layers):
-        h = reference_spmm(h @ lin.double(), edge_index[0], edge_index[1], weight, num_nodes)
-        if i < len(layers) - 1:
-            h = h.relu()
+    """The model's output in float64 (without autograd: the reference's gathered messages, E x F
+    doubles per layer, would be kept for a backward pass; 48 GB on reddit2_like at F = 256)."""
+    with torch.no_grad():
+        h = x.double()
+        for i, lin in enumerate(layers):
+            h = reference_spmm(h @ lin.double(), edge_index[0], edge_index[1], weight, num_nodes)
+            if i < len(layers) - 1:
+                h = h.relu()
     return h
 
 
@@ -148,7 +150,7 @@ def run(rec, device, quick: bool = False) -> None:
                 continue
             saving = plain["ms"] - ours["ms"] if plain["ms"] is not None else None
             rec.add(SUITE, case, "pyg_fast", ours["ms"] + reorder_ms / AMORTISED_OVER, rel_err=ours.get("rel_err"),
-                    reorder_ms=reorder_ms, iteration_ms=ours["ms"],
+                    reorder_ms=reorder_ms, iteration_ms=ours["ms"], layers=LAYERS,
                     break_even_iterations=reorder_ms / saving if saving and saving > 0 else None,
                     selector_reorders=decision.reorder, selector_ms=selector_ms,
                     predicted_saving_ms=decision.saving_ms, predicted_reorder_ms=decision.reorder_ms,

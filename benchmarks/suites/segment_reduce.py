@@ -117,8 +117,14 @@ def torch_reducers(index: Tensor, ptr: Tensor, reduce: str, dtype: torch.dtype,
         torch_scatter.segment_coo(src, index, dim_size=num_segments, reduce=reduce))
     reducers["torch_scatter_segment_csr"] = lambda src: first(
         torch_scatter.segment_csr(src, ptr, reduce=reduce))
-    reducers["torch_scatter_scatter"] = lambda src: torch_scatter.scatter(
-        src, index, dim=0, dim_size=num_segments, reduce=reduce)
+
+    def scatter(src: Tensor) -> Tensor:
+        if reduce in ("max", "min") and src.is_cuda and src.numel() >= 2 ** 31:
+            # torch_scatter 2.1.2's CUDA scatter max/min at E * F >= 2^31 gave wrong results (H100,
+            # session 2) and hit an illegal address (session 5), which ends the process's CUDA context.
+            raise RuntimeError("not run: torch_scatter's CUDA scatter max/min fails for E * F >= 2^31")
+        return torch_scatter.scatter(src, index, dim=0, dim_size=num_segments, reduce=reduce)
+    reducers["torch_scatter_scatter"] = scatter
     return reducers
 
 
