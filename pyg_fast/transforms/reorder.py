@@ -21,6 +21,9 @@ NODE_PERM, EDGE_PERM = "node_perm", "edge_perm"
 # all the edges' (node, label) pairs each round. Fixed in the op (kLabelPropagationSamples).
 LP_NEIGHBOURS = 16
 WHEN = ("always", "auto")
+# Cuthill-McKee orders a level by (parent position, degree, id) with one sort of a combined int64
+# key while V * V * (max degree + 1) stays below this, else with two stable sorts.
+COMBINED_KEY_LIMIT = 2 ** 63
 
 
 class Adjacency(NamedTuple):
@@ -122,10 +125,12 @@ def community_rcm_order(edge_index: Tensor, num_nodes: int, communities: Tensor,
     scipy's ``reverse_cuthill_mckee`` also seeds every component, a node without neighbours
     included, at an unvisited node of smallest degree (ties in numpy's argsort order). A
     community whose BFS ends with nodes left (a disconnected community) starts again from its
-    smallest unvisited node in the next pass. Passes: the largest, over communities, number of
-    BFS levels of all its components; each pass costs work proportional to the current level's
-    edges plus a few ops over the level's nodes (and one over all nodes when a community
-    restarts). The order is then reversed within each community.
+    smallest unvisited node once every community's BFS has ended: BFS never leaves a community,
+    so when a community restarts does not change its order, and waiting spares a host sync per
+    level. Passes: over the restart rounds, the sum of each round's deepest BFS; each pass costs
+    four host syncs and work proportional to the current level's edges plus a few ops over the
+    level's nodes (and one over all nodes per restart round). The order is then reversed within
+    each community.
 
     Returns ``perm`` with ``perm[new_id] = old_id``.
     """
@@ -161,24 +166,19 @@ def community_rcm_order(edge_index: Tensor, num_nodes: int, communities: Tensor,
 
     isolated = (degree == 0).nonzero().squeeze(1)
     place(isolated[torch.sort(communities[isolated], stable=True).indices])
-    level = isolated[:0]
-    while True:
+    placed, level = isolated.numel(), isolated[:0]
+    while placed < num_nodes:
         level = _next_level(level, ptr, col, degree, position, best_parent, degree_span)
-        place(level)
-        busy = torch.zeros(num_communities, dtype=torch.bool, device=device)
-        busy[communities[level]] = True
-        idle = ~busy & (next_free < first + size)
-        if bool(idle.any()):
-            # A start node for each community whose BFS ended with nodes left.
-            unvisited = ((position < 0) & idle[communities]).nonzero().squeeze(1)
+        if level.numel() == 0:
+            # Every BFS has ended: each community with nodes left starts again from its unvisited
+            # node of smallest (degree, id).
+            unvisited = (position < 0).nonzero().squeeze(1)
             key = degree[unvisited] * num_nodes + unvisited
             smallest = torch.full((num_communities,), degree_span * num_nodes, dtype=torch.long, device=device)
             smallest.scatter_reduce_(0, communities[unvisited], key, "amin")
-            starts = smallest[idle.nonzero().squeeze(1)] % num_nodes
-            place(starts)
-            level = torch.cat([level, starts])
-        if level.numel() == 0:
-            break
+            level = smallest[(smallest < degree_span * num_nodes).nonzero().squeeze(1)] % num_nodes
+        place(level)
+        placed += level.numel()
     # Reverse within each community, then perm[new] = old.
     last = first + size - 1
     reversed_position = first[communities] + last[communities] - position
@@ -206,10 +206,16 @@ def _next_level(level: Tensor, ptr: Tensor, col: Tensor, degree: Tensor, positio
     best_parent.scatter_reduce_(0, child, parent, "amin")
     first_parent = (best_parent[child] == parent).nonzero().squeeze(1)
     child, parent = child[first_parent], parent[first_parent]
-    # Lexicographic (parent, degree, id): by id, then stably by (parent, degree).
-    order = torch.sort(child, stable=True).indices
-    child, parent = child[order], parent[order]
-    child = child[torch.sort(parent * degree_span + degree[child], stable=True).indices]
+    # Lexicographic (parent, degree, id): one sort of a combined key where it fits in 63 bits,
+    # else by id, then stably by (parent, degree).
+    num_nodes = position.numel()
+    major = parent * degree_span + degree[child]
+    if num_nodes * num_nodes * degree_span < COMBINED_KEY_LIMIT:
+        child = child[torch.sort(major * num_nodes + child).indices]
+    else:
+        order = torch.sort(child, stable=True).indices
+        child, major = child[order], major[order]
+        child = child[torch.sort(major, stable=True).indices]
     # A child listed twice (a repeated edge) is adjacent to itself now.
     repeat = torch.zeros_like(child, dtype=torch.bool)
     repeat[1:] = child[1:] == child[:-1]

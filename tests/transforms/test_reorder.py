@@ -11,6 +11,7 @@ from torch_geometric.nn import GCNConv, SAGEConv
 import pyg_fast
 from pyg_fast.testing import DEVICES, assert_close
 from pyg_fast.transforms import Reorder, community_rcm_order, label_propagation
+from pyg_fast.transforms import reorder as reorder_module
 from pyg_fast.transforms.reorder import undirected_adjacency
 from pyg_fast.tuning.reorder import MODELS, ReorderModel, decide, device_cache_bytes, sampled_community_share
 
@@ -147,6 +148,18 @@ def test_cuthill_mckee_is_the_sequential_order(seed):
                                generator=gen)
     for communities in (torch.randint(0, 4, (num_nodes,), generator=gen), torch.zeros(num_nodes, dtype=torch.long)):
         communities = torch.unique(communities, return_inverse=True)[1]  # labels 0..C-1
+        got = community_rcm_order(edge_index, num_nodes, communities)
+        assert got.tolist() == sequential_rcm(edge_index, num_nodes, communities)
+
+
+def test_cuthill_mckee_without_the_combined_sort_key(monkeypatch):
+    """Graphs too large for one int64 key per (parent, degree, id) take two stable sorts."""
+    monkeypatch.setattr(reorder_module, "COMBINED_KEY_LIMIT", 0)
+    for seed in range(10):
+        gen = torch.Generator().manual_seed(seed)
+        num_nodes = int(torch.randint(1, 60, (1,), generator=gen))
+        edge_index = torch.randint(0, num_nodes, (2, 3 * num_nodes), generator=gen)
+        communities = torch.unique(torch.randint(0, 3, (num_nodes,), generator=gen), return_inverse=True)[1]
         got = community_rcm_order(edge_index, num_nodes, communities)
         assert got.tolist() == sequential_rcm(edge_index, num_nodes, communities)
 
