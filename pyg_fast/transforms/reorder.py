@@ -16,10 +16,6 @@ from torch_geometric.transforms import BaseTransform
 # Keys Reorder writes; they are permuted like any node/edge attribute, which composes them
 # when Reorder is applied to already reordered data.
 NODE_PERM, EDGE_PERM = "node_perm", "edge_perm"
-# Neighbours label propagation looks at per node and round (all of them up to this degree, an
-# evenly spread sample from a random offset above it): a fixed cost per node instead of a sort of
-# all the edges' (node, label) pairs each round. Fixed in the op (kLabelPropagationSamples).
-LP_NEIGHBOURS = 16
 WHEN = ("always", "auto")
 # Cuthill-McKee orders a level by (parent position, degree, id) with one sort of a combined int64
 # key while V * V * (max degree + 1) stays below this, else with two stable sorts.
@@ -61,12 +57,12 @@ def label_propagation(edge_index: Tensor, num_nodes: int, max_iters: int = 20, s
 
     The nodes are split once into two random halves that update in turn (updating all at once
     oscillates on bipartite structures). An updating node adopts the label most frequent among
-    itself and its neighbours, all of them up to ``LP_NEIGHBOURS`` neighbours, else
-    ``LP_NEIGHBOURS`` spread evenly over its list from a random offset per round (below
-    ``LP_NEIGHBOURS`` neighbours, each missing one adds a vote for the label of adjacency entry
-    ``col[0]``, should that label be a candidate: a quirk of the first, vectorised version, kept so
-    that results stay the same). Ties are broken
-    by a random order of the labels drawn anew each round (a fixed order floods the graph with
+    itself and its neighbours, all of them up to 16 neighbours, else 16 spread evenly over its
+    list from a random offset per round: a fixed cost per node instead of a sort of all the edges'
+    (node, label) pairs each round (the 16 is the op's kLabelPropagationSamples). Below 16
+    neighbours, each missing one adds a vote for the label of adjacency entry ``col[0]``, should
+    that label be a candidate: a quirk of the first, vectorised version, kept so that results stay
+    the same. Ties are broken by a random order of the labels drawn anew each round (a fixed order floods the graph with
     the first labels: min-label propagation finds connected components, not communities). One
     order for all nodes of a round, rather than a coin per node, makes the first rounds, where
     every label ties, gather nodes around locally first labels: on a 100-block sbm, 0.89 instead
@@ -174,9 +170,10 @@ def community_rcm_order(edge_index: Tensor, num_nodes: int, communities: Tensor,
             # node of smallest (degree, id).
             unvisited = (position < 0).nonzero().squeeze(1)
             key = degree[unvisited] * num_nodes + unvisited
-            smallest = torch.full((num_communities,), degree_span * num_nodes, dtype=torch.long, device=device)
+            none_left = degree_span * num_nodes  # above every key
+            smallest = torch.full((num_communities,), none_left, dtype=torch.long, device=device)
             smallest.scatter_reduce_(0, communities[unvisited], key, "amin")
-            level = smallest[(smallest < degree_span * num_nodes).nonzero().squeeze(1)] % num_nodes
+            level = smallest[(smallest < none_left).nonzero().squeeze(1)] % num_nodes
         place(level)
         placed += level.numel()
     # Reverse within each community, then perm[new] = old.

@@ -99,20 +99,20 @@ __device__ __forceinline__ void fold_vec(acc_t (&acc)[VEC], const Vec<scalar_t, 
 
 // Rows of one lane's segment loaded per round (see fold_rows). On the H100 (session 5) 4 rows per
 // round beat 16 for one-float vectors (F = 1: up to 1.4x slower at 16, more registers, lower
-// occupancy); with 16-byte vectors 4 was measured only.
+// occupancy); 16-byte vectors were measured at 4 rows only.
 constexpr int kFoldUnroll = 4;
 
-// Loads rows e, e + step, ... (UNROLL of them, those below hi where PARTIAL) with their
+// Loads rows e, e + step, ... (kFoldUnroll of them, those below hi where PARTIAL) with their
 // weights, all before any is used, then folds them in order.
-template <int UNROLL, bool PARTIAL, typename acc_t, Reduce R, int VEC, typename Rows>
+template <bool PARTIAL, typename acc_t, Reduce R, int VEC, typename Rows>
 __device__ __forceinline__ void fold_round(const Rows& rows, int64_t b, int64_t e, int64_t hi, int64_t f0,
                                            acc_t (&acc)[VEC], int64_t step) {
   using scalar_t = typename Rows::scalar_type;
-  Vec<scalar_t, VEC> v[UNROLL];
-  acc_t s[UNROLL];
-  bool ok[UNROLL];
+  Vec<scalar_t, VEC> v[kFoldUnroll];
+  acc_t s[kFoldUnroll];
+  bool ok[kFoldUnroll];
 #pragma unroll
-  for (int u = 0; u < UNROLL; ++u) {
+  for (int u = 0; u < kFoldUnroll; ++u) {
     ok[u] = !PARTIAL || e + u * step < hi;
     if (ok[u]) {
       s[u] = rows.template scale<acc_t>(e + u * step, f0);
@@ -120,7 +120,7 @@ __device__ __forceinline__ void fold_round(const Rows& rows, int64_t b, int64_t 
     }
   }
 #pragma unroll
-  for (int u = 0; u < UNROLL; ++u)
+  for (int u = 0; u < kFoldUnroll; ++u)
     if (ok[u]) fold_vec<acc_t, R, Rows::kScaled>(acc, v[u], s[u]);
 }
 
@@ -135,8 +135,8 @@ __device__ __forceinline__ void fold_rows(const Rows& rows, int64_t b, int64_t l
                                           int64_t f0, acc_t (&acc)[VEC], int64_t step = 1) {
   int64_t e = lo;
   for (; e + (kFoldUnroll - 1) * step < hi; e += kFoldUnroll * step)
-    fold_round<kFoldUnroll, false, acc_t, R, VEC>(rows, b, e, hi, f0, acc, step);
-  if (e < hi) fold_round<kFoldUnroll, true, acc_t, R, VEC>(rows, b, e, hi, f0, acc, step);
+    fold_round<false, acc_t, R, VEC>(rows, b, e, hi, f0, acc, step);
+  if (e < hi) fold_round<true, acc_t, R, VEC>(rows, b, e, hi, f0, acc, step);
 }
 
 template <typename scalar_t, typename acc_t, Reduce R, int VEC>
