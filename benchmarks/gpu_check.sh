@@ -16,6 +16,7 @@
 #
 # Environment switches, for partial runs:
 #   SUITES=segment_reduce,spmm   benchmark suites to run (default: all)
+#   PYG_FAST_BENCH_GRAPHS=cora,sbm_1000  only these graphs, in every suite
 #   QUICK=1                      benchmarks on the small graphs only
 #   PYG_FAST_BENCH_BUDGET=10,40  warm-up and measurement ms per timing (default 25,100)
 #   BENCH_DEVICE=cpu             benchmark another device (a dry run of this script on a CPU machine)

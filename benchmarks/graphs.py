@@ -12,6 +12,8 @@ the order aggregation walks) and ``num_nodes``.
 
 The datasets folder is ``$PYG_FAST_DATA`` if set, else ``shared/datasets`` next
 to (or inside) the repository root. Graphs are cached in memory per process.
+``$PYG_FAST_BENCH_GRAPHS`` (comma-separated names) restricts every suite to those graphs
+(``selected``), for partial runs within a device call.
 """
 import glob
 import os
@@ -40,8 +42,15 @@ SYNTHETIC = {
 PUBMED_NODES = 19_717
 
 
+def selected(names) -> tuple:
+    """``names`` restricted to ``$PYG_FAST_BENCH_GRAPHS`` when it is set."""
+    wanted = os.environ.get("PYG_FAST_BENCH_GRAPHS", "")
+    wanted = {name for name in wanted.split(",") if name}
+    return tuple(name for name in names if not wanted or name in wanted)
+
+
 def graph_names(quick: bool) -> tuple:
-    return QUICK_GRAPHS if quick else BENCH_GRAPHS
+    return selected(QUICK_GRAPHS if quick else BENCH_GRAPHS)
 
 
 def datasets_dir() -> Path:

@@ -9,7 +9,7 @@ import torch_geometric.nn as pyg_nn
 
 import pyg_fast.nn
 from benchmarks.common import Recorder, time_ms
-from benchmarks.graphs import load_graph
+from benchmarks.graphs import load_graph, selected
 
 MODELS = ("gcn", "gin", "sage", "gat")
 GRAPHS = ("cora", "arxiv_like", "reddit2_like")
@@ -86,7 +86,7 @@ def step_functions(net: torch.nn.Module, x, edge_index, y):
 
 def run(rec: Recorder, device, quick: bool = False) -> None:
     device = torch.device(device)
-    for graph_name in (QUICK_GRAPHS if quick else GRAPHS):
+    for graph_name in selected(QUICK_GRAPHS if quick else GRAPHS):
         x, edge_index, y = graph_inputs(graph_name, device)
         for model_name in MODELS:
             stock, fast = stock_and_fast(model_name, device)

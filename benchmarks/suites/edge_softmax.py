@@ -4,7 +4,7 @@ import torch
 from torch_geometric.utils import softmax
 
 from benchmarks.common import Recorder, time_ms
-from benchmarks.graphs import load_graph
+from benchmarks.graphs import load_graph, selected
 from pyg_fast.ops import edge_softmax
 
 GRAPHS = ("cora", "arxiv_like", "reddit2_like")
@@ -13,7 +13,7 @@ HEADS = (1, 4, 8)
 
 def run(rec: Recorder, device, quick: bool = False) -> None:
     device = torch.device(device)
-    for graph_name in (("cora",) if quick else GRAPHS):
+    for graph_name in selected(("cora",) if quick else GRAPHS):
         data = load_graph(graph_name)
         dst = data.edge_index[1].to(device)  # sorted by destination
         N = data.num_nodes

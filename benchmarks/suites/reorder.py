@@ -34,6 +34,7 @@ from torch_geometric.data import Data
 
 import pyg_fast
 from benchmarks.common import REL_TOL, Recorder, bench_methods
+from benchmarks.graphs import selected
 from benchmarks.suites import schedule_select
 from benchmarks.suites.spmm import reference_spmm
 from pyg_fast.transforms import Reorder
@@ -66,7 +67,7 @@ def suite_graphs(rec, device, quick: bool):
     """(name, data) for each graph: schedule_select's, then (not in quick mode) ``LARGE_SBM``'s."""
     yield from schedule_select.suite_graphs(rec, SUITE, device, quick)
     if not quick:
-        for name in LARGE_SBM:
+        for name in selected(LARGE_SBM):
             yield name, large_sbm(name, device)
 
 

@@ -26,7 +26,7 @@ from torch_geometric.data import Data
 
 import pyg_fast
 from benchmarks.common import REL_TOL, Recorder, bench_methods
-from benchmarks.graphs import load_graph, sort_by_destination
+from benchmarks.graphs import load_graph, selected, sort_by_destination
 from benchmarks.suites.segment_reduce import REFERENCE_CHUNK_ELEMENTS, SCATTER_REDUCE_NAMES
 from benchmarks.tune_segment import candidate_params
 from pyg_fast import tuning
@@ -124,7 +124,7 @@ def bench_case(rec: Recorder, device, case: dict, fn, ref: Tensor, budget) -> No
 
 def suite_graphs(rec: Recorder, suite: str, device, quick: bool):
     """(name, data) for each graph of these suites; a graph whose files are missing is reported."""
-    for name in QUICK_GRAPHS if quick else GRAPHS:
+    for name in selected(QUICK_GRAPHS if quick else GRAPHS):
         try:
             yield name, graph(name, device)
         except FileNotFoundError as exc:

@@ -3,7 +3,7 @@ Methods: pyg_fast, torch (PyG's gather path), torch_sampled_addmm (cuSPARSE, dot
 import torch
 
 from benchmarks.common import Recorder, time_ms
-from benchmarks.graphs import load_graph
+from benchmarks.graphs import load_graph, selected
 from pyg_fast.ops import sddmm
 
 GRAPHS = ("cora", "arxiv_like", "reddit2_like")
@@ -19,7 +19,7 @@ def _gather(a, b, src, dst, op):
 
 def run(rec: Recorder, device, quick: bool = False) -> None:
     device = torch.device(device)
-    for graph_name in (("cora",) if quick else GRAPHS):
+    for graph_name in selected(("cora",) if quick else GRAPHS):
         data = load_graph(graph_name)
         src, dst = data.edge_index.to(device)
         N = data.num_nodes
