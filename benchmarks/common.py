@@ -13,6 +13,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -116,34 +117,55 @@ def check(out: torch.Tensor, ref: torch.Tensor, rel_tol: float) -> bool:
 
 
 def bench_methods(rec: "Recorder", suite: str, case: dict, methods: Dict[str, Callable[[], torch.Tensor]],
-                  ref: torch.Tensor, device, rel_tol: float, budget: Tuple[float, float] = FULL_BUDGET,
-                  nbytes: Optional[int] = None) -> None:
+                  ref, device, rel_tol: float, budget: Tuple[float, float] = FULL_BUDGET,
+                  nbytes: Optional[int] = None, rounds: int = 1) -> None:
     """Checks every method's output against ``ref``, times the ones that are right.
 
-    A method that raises or gives a wrong answer is recorded with ``ms=None`` and
-    an ``error``. ``nbytes`` (the bytes the operation must move at least) adds
-    ``bytes`` and ``gbps`` to timed records. ``budget`` is ``time_ms``'s (warm-up, rep) in ms.
+    ``ref`` is one reference tensor, or a dict with one per method. A method that raises or
+    gives a wrong answer is recorded with ``ms=None`` and an ``error``. ``nbytes`` (the bytes
+    the operation must move at least) adds ``bytes`` and ``gbps`` to timed records. ``budget``
+    is ``time_ms``'s (warm-up, rep) in ms. ``rounds`` > 1 times the methods in that many
+    alternating rounds (``time_interleaved``), for methods whose times are compared with each
+    other where the machine's speed drifts (host-bound steps).
     """
     warmup, rep = budget
+    checked = {}
     for method, fn in methods.items():
         try:
             out = fn()
-            err = rel_error(out, ref)
+            err = rel_error(out, ref[method] if isinstance(ref, dict) else ref)
             del out
             if not err <= rel_tol:
                 rec.add(suite, case, method, None, rel_err=err if math.isfinite(err) else None,
                         error=f"wrong result: relative error {err:.3g} > {rel_tol:.3g}")
                 continue
-            ms = time_ms(fn, warmup, rep, device=device)
+            ms = time_ms(fn, warmup, rep, device=device) if rounds == 1 else None
         except Exception as exc:  # an unsupported case or out of memory: record it, go on
             _release_memory(device)
             rec.add(suite, case, method, None, error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                     if str(exc) else type(exc).__name__)
             continue
+        checked[method] = (ms, err)
+    if rounds > 1:
+        times = time_interleaved({method: methods[method] for method in checked}, warmup, rep, device, rounds)
+        checked = {method: (times[method], err) for method, (_, err) in checked.items()}
+    for method, (ms, err) in checked.items():
         extra = {"rel_err": err}
         if nbytes is not None:
             extra.update(bytes=int(nbytes), gbps=nbytes / (ms * 1e6))
         rec.add(suite, case, method, ms, **extra)
+
+
+def time_interleaved(fns: Dict[str, Callable[[], object]], warmup: float, rep: float, device,
+                     rounds: int) -> Dict[str, float]:
+    """Median ms of each callable over ``rounds`` alternating rounds (A, B, A, B, ...), each
+    round a ``time_ms`` with a ``rounds``-th of the budget: a drift in the machine's speed over
+    the run (other tenants, clocks) then reaches every callable alike."""
+    per_round = {name: [] for name in fns}
+    for i in range(rounds):
+        for name, fn in fns.items():
+            per_round[name].append(time_ms(fn, warmup if i == 0 else 0.0, rep / rounds, device=device))
+    return {name: statistics.median(times) for name, times in per_round.items()}
 
 
 def _release_memory(device) -> None:

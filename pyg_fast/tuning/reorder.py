@@ -56,14 +56,17 @@ class ReorderModel:
     reordered_locality: float  # hit rate Reorder reaches at every level on a graph with communities
 
 
-# CUDA: measured on an H100 (.device/reorder_probe.py, graphs of 1.2 M to 32 M edges): Reorder took
-# 18.8 ms (arxiv_like), 20.1 ms (sbm_1000: 4 M edges) and 134 ms (sbm_large: 32 M edges, 2 M nodes),
-# fitted within 30% by 10 ms + 3 ns per edge + 20 ns per node; an iteration's saving per byte moved
-# from DRAM to L2 was 0.00023-0.0003 ns (F = 64 and 256 on the sbm graphs). CPU: fitted to
-# this repository's development machine (2 cores, 1 MiB L2 per core, 32 MiB L3) on sbm graphs
-# of 20k and 200k nodes (Reorder 0.1 s / 1.55 s; an iteration at F = 16 and 64 saved 0.5 to 66 ms).
+# CUDA: measured on an H100 (suite "reorder", session 6, with the label-propagation op and one sort
+# per Cuthill-McKee level): Reorder took 14.6 ms (arxiv_like: 1.2 M edges), 13.3 ms (sbm_1000: 4 M
+# edges, 200k nodes) and 56.7 ms (sbm_large: 32 M edges, 2 M nodes), fitted within 20% by
+# 10 ms + 1.2 ns per edge + 5 ns per node (cora and pubmed, 20 and 34 ms, are ruled by their BFS
+# level count, but x fits in L2 there, so no saving is predicted whatever the cost); an
+# iteration's saving per byte moved from DRAM to L2 was 0.00023-0.0003 ns (F = 64 and 256 on the
+# sbm graphs). CPU: fitted to this repository's development machine (2 cores, 1 MiB L2 per core,
+# 32 MiB L3) on sbm graphs of 20k and 200k nodes (Reorder 0.1 s / 1.55 s; an iteration at F = 16
+# and 64 saved 0.5 to 66 ms).
 MODELS = {
-    "cuda": ReorderModel(fixed_ms=10.0, ns_per_edge=3.0, ns_per_node=20.0, cache_share=0.75,
+    "cuda": ReorderModel(fixed_ms=10.0, ns_per_edge=1.2, ns_per_node=5.0, cache_share=0.75,
                          miss_ns_per_byte=(0.00025,), reordered_locality=0.85),
     "cpu": ReorderModel(fixed_ms=5.0, ns_per_edge=210.0, ns_per_node=3500.0, cache_share=0.25,
                         miss_ns_per_byte=(0.0035, 0.05), reordered_locality=0.85),
