@@ -116,17 +116,24 @@ def check(out: torch.Tensor, ref: torch.Tensor, rel_tol: float) -> bool:
     return rel_error(out, ref) <= rel_tol
 
 
+# Alternating timing rounds of the methods of one case (``time_interleaved``). On the H100 machine
+# (session 7) a timing window of a small-graph case now and then came out 2-20x slower for
+# whichever method was being timed (torch's and torch_scatter's too), a host stall longer than the
+# L2 flush that do_bench puts before each call: the median of three rounds, taken far enough apart
+# that one stall spoils at most one of them, keeps such a window out of the record.
+TIMING_ROUNDS = 3
+
+
 def bench_methods(rec: "Recorder", suite: str, case: dict, methods: Dict[str, Callable[[], torch.Tensor]],
                   ref, device, rel_tol: float, budget: Tuple[float, float] = FULL_BUDGET,
-                  nbytes: Optional[int] = None, rounds: int = 1) -> None:
+                  nbytes: Optional[int] = None, rounds: int = TIMING_ROUNDS) -> None:
     """Checks every method's output against ``ref``, times the ones that are right.
 
     ``ref`` is one reference tensor, or a dict with one per method. A method that raises or
     gives a wrong answer is recorded with ``ms=None`` and an ``error``. ``nbytes`` (the bytes
     the operation must move at least) adds ``bytes`` and ``gbps`` to timed records. ``budget``
-    is ``time_ms``'s (warm-up, rep) in ms. ``rounds`` > 1 times the methods in that many
-    alternating rounds (``time_interleaved``), for methods whose times are compared with each
-    other where the machine's speed drifts (host-bound steps).
+    is ``time_ms``'s (warm-up, rep) in ms, shared by ``rounds`` alternating rounds of all the
+    methods (``time_interleaved``; 1: each method timed once, in turn).
     """
     warmup, rep = budget
     checked = {}

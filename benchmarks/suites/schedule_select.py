@@ -93,28 +93,32 @@ def _forced(params: dict, fn):
 
 
 def bench_case(rec: Recorder, device, case: dict, fn, ref: Tensor, budget) -> None:
-    """Times the selector's pick and, on CUDA, every configuration of the grid."""
+    """Times the selector's pick and, on CUDA, every configuration of the grid, in the same
+    alternating rounds (a stall of the machine then reaches them alike)."""
     rel_tol = REL_TOL[torch.float32]
-    bench_methods(rec, SUITE, case, {"selector": fn}, ref, device, rel_tol, budget)
-    selector = rec.records[-1]
-    rec.add(SUITE, case, "pyg_fast", selector["ms"], same_as="selector",
-            **{k: v for k, v in selector.items() if k in ("rel_err", "error")})
-    if torch.device(device).type != "cuda":
+    cuda = torch.device(device).type == "cuda"
+    params = candidate_params(case["F"]) if cuda else []
+    timings = Recorder(device, env={}, verbose=False)
+    bench_methods(timings, SUITE, case, {"selector": fn, **{str(i): _forced(p, fn) for i, p in enumerate(params)}},
+                  ref, device, rel_tol, budget)
+    by_method = {r["method"]: r for r in timings.records}
+    selector = by_method.pop("selector")
+    kept = {k: v for k, v in selector.items() if k in ("rel_err", "error")}
+    rec.add(SUITE, case, "selector", selector["ms"], **kept)
+    rec.add(SUITE, case, "pyg_fast", selector["ms"], same_as="selector", **kept)
+    if not cuda:
         for method in list(tuning.METHOD_NAMES.values()) + ["exhaustive_best"]:
             rec.add(SUITE, case, method, None, error="not applicable: the schedules are CUDA-only")
         return
-    grid = Recorder(device, env={}, verbose=False)
-    params = candidate_params(case["F"])
-    bench_methods(grid, SUITE, case, {str(i): _forced(p, fn) for i, p in enumerate(params)}, ref, device,
-                  rel_tol, budget)
-    timed = [(r["ms"], params[int(r["method"])]) for r in grid.records if r["ms"] is not None]
+    grid = [(params[int(method)], r) for method, r in by_method.items()]
+    timed = [(r["ms"], p) for p, r in grid if r["ms"] is not None]
     for schedule, method in tuning.METHOD_NAMES.items():
         mine = [t for t in timed if t[1]["schedule"] == schedule]
         if mine:
             ms, p = min(mine, key=lambda t: t[0])
             rec.add(SUITE, case, method, ms, config=p)
         else:
-            failed = [r.get("error") for r in grid.records if params[int(r["method"])]["schedule"] == schedule]
+            failed = [r.get("error") for p, r in grid if p["schedule"] == schedule]
             rec.add(SUITE, case, method, None, error=failed[0] if failed else "not in the grid for this F")
     if timed:
         ms, p = min(timed, key=lambda t: t[0])
