@@ -151,12 +151,9 @@ def community_rcm_order(edge_index: Tensor, num_nodes: int, communities: Tensor,
     best_parent = torch.full((num_nodes,), num_nodes, dtype=torch.long, device=device)
 
     def place(nodes: Tensor) -> None:
-        """Gives ``nodes`` (grouped by community, in order) their community's next positions."""
+        """Gives ``nodes`` (sorted by community, in order) their community's next positions."""
         comm = communities[nodes]
-        index = torch.arange(nodes.numel(), device=device)
-        run_start = torch.ones_like(comm, dtype=torch.bool)
-        run_start[1:] = comm[1:] != comm[:-1]
-        rank = index - torch.where(run_start, index, 0).cummax(0).values
+        rank = torch.arange(nodes.numel(), device=device) - torch.searchsorted(comm, comm)  # within the run
         position[nodes] = next_free[comm] + rank
         next_free.index_add_(0, comm, torch.ones_like(comm))
 
@@ -198,14 +195,14 @@ def _next_level(level: Tensor, ptr: Tensor, col: Tensor, degree: Tensor, positio
     entry += torch.arange(total, device=level.device)
     child = col[entry]
     parent = torch.repeat_interleave(position[level], counts, output_size=total)
-    fresh = (position[child] < 0).nonzero().squeeze(1)
-    child, parent = child[fresh], parent[fresh]
-    best_parent.scatter_reduce_(0, child, parent, "amin")
-    first_parent = (best_parent[child] == parent).nonzero().squeeze(1)
+    fresh = position[child] < 0
+    num_nodes = position.numel()
+    # Visited children vote num_nodes, above every position: their entries keep what they had.
+    best_parent.scatter_reduce_(0, child, torch.where(fresh, parent, num_nodes), "amin")
+    first_parent = (fresh & (best_parent[child] == parent)).nonzero().squeeze(1)
     child, parent = child[first_parent], parent[first_parent]
     # Lexicographic (parent, degree, id): one sort of a combined key where it fits in 63 bits,
     # else by id, then stably by (parent, degree).
-    num_nodes = position.numel()
     major = parent * degree_span + degree[child]
     if num_nodes * num_nodes * degree_span < COMBINED_KEY_LIMIT:
         child = child[torch.sort(major * num_nodes + child).indices]
@@ -214,9 +211,7 @@ def _next_level(level: Tensor, ptr: Tensor, col: Tensor, degree: Tensor, positio
         child, major = child[order], major[order]
         child = child[torch.sort(major, stable=True).indices]
     # A child listed twice (a repeated edge) is adjacent to itself now.
-    repeat = torch.zeros_like(child, dtype=torch.bool)
-    repeat[1:] = child[1:] == child[:-1]
-    return child[~repeat]
+    return torch.unique_consecutive(child)
 
 
 class Reorder(BaseTransform):
@@ -282,7 +277,8 @@ class Reorder(BaseTransform):
             raise ValueError("pyg_fast: Reorder needs 'edge_index' (it has no sparse adjacency support)")
         num_nodes = data.num_nodes
         edge_index = data.edge_index
-        if edge_index.numel() > 0 and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
+        lowest, highest = torch.stack(torch.aminmax(edge_index)).tolist() if edge_index.numel() > 0 else (0, -1)
+        if lowest < 0 or highest >= num_nodes:
             raise IndexError(f"pyg_fast: Reorder: 'edge_index' holds ids outside [0, {num_nodes})")
         adjacency = communities = None
         if self.when == "auto":
