@@ -8,7 +8,7 @@ import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 
 import pyg_fast.nn
-from benchmarks.common import FULL_BUDGET, TIMING_ROUNDS, Recorder, time_interleaved
+from benchmarks.common import TIMING_ROUNDS, Recorder, budget_for, time_interleaved
 from benchmarks.graphs import load_graph, selected
 
 MODELS = ("gcn", "gin", "sage", "gat")
@@ -93,11 +93,12 @@ def run(rec: Recorder, device, quick: bool = False) -> None:
             with torch.no_grad():  # outputs are checked before timing
                 torch.testing.assert_close(fast(x, edge_index), stock(x, edge_index), rtol=1e-3, atol=1e-3)
             case = {"model": model_name, "graph": graph_name}
-            steps = {method: step_functions(net, x, edge_index, y) for method, net in (("pyg_fast", fast), ("pyg", stock))}
+            steps = {method: step_functions(net, x, edge_index, y)
+                     for method, net in (("pyg_fast", fast), ("pyg", stock))}
             for suite, which in (("e2e_train", 0), ("e2e_infer", 1)):
                 fns = {method: pair[which] for method, pair in steps.items()}
                 # the two models in alternating rounds: a Cora step is host-bound, and the host's speed drifts
-                times = time_interleaved(fns, FULL_BUDGET[0], FULL_BUDGET[1], device, TIMING_ROUNDS)
+                times = time_interleaved(fns, *budget_for(quick), device, TIMING_ROUNDS)
                 for method, fn in fns.items():
                     rec.add(suite, case, method, times[method], peak_mb=_peak_mb(device, fn))
             del stock, fast

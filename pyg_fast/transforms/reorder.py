@@ -124,7 +124,7 @@ def community_rcm_order(edge_index: Tensor, num_nodes: int, communities: Tensor,
     smallest unvisited node once every community's BFS has ended: BFS never leaves a community,
     so when a community restarts does not change its order, and waiting spares a host sync per
     level. Passes: over the restart rounds, the sum of each round's deepest BFS; each pass costs
-    four host syncs and work proportional to the current level's edges plus a few ops over the
+    three host syncs and work proportional to the current level's edges plus a few ops over the
     level's nodes (and one over all nodes per restart round). The order is then reversed within
     each community.
 
