@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.common import synchronize
 from benchmarks.suites import reorder as reorder_suite
 from benchmarks.suites import schedule_select
 from pyg_fast.transforms import reorder
@@ -30,10 +31,10 @@ def timed(fn, device, repeats: int = REPEATS):
     """(result, median ms) over ``repeats`` calls after one untimed call."""
     times, result = [], None
     for _ in range(repeats + 1):
-        reorder_suite._synchronize(device)
+        synchronize(device)
         start = time.perf_counter()
         result = fn()
-        reorder_suite._synchronize(device)
+        synchronize(device)
         times.append((time.perf_counter() - start) * 1e3)
     return result, statistics.median(times[1:])
 
@@ -80,7 +81,7 @@ def profile_graph(name: str, device) -> list:
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as prof:
         reorder.Reorder()(data)
-        reorder_suite._synchronize(device)
+        synchronize(device)
     events = prof.key_averages()
     rounds = sum(e.count for e in events if e.key == "pyg_fast::label_propagation_round")
     syncs = sum(e.count for e in events if e.key in ("cudaStreamSynchronize", "cudaDeviceSynchronize"))

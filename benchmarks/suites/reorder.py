@@ -33,7 +33,7 @@ import torch
 from torch_geometric.data import Data
 
 import pyg_fast
-from benchmarks.common import REL_TOL, Recorder, bench_methods
+from benchmarks.common import REL_TOL, Recorder, bench_methods, synchronize
 from benchmarks.graphs import selected
 from benchmarks.suites import schedule_select
 from benchmarks.suites.spmm import reference_spmm
@@ -72,19 +72,14 @@ def suite_graphs(rec, device, quick: bool):
             yield name, large_sbm(name, device)
 
 
-def _synchronize(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def time_call(fn, device, repeats: int):
     """(``fn()``'s result, median ms of ``repeats`` calls); with repeats > 1 an untimed call first."""
     times = []
     for _ in range(repeats + (repeats > 1)):
-        _synchronize(device)
+        synchronize(device)
         start = time.perf_counter()
         result = fn()
-        _synchronize(device)
+        synchronize(device)
         times.append((time.perf_counter() - start) * 1e3)
     return result, statistics.median(times[-repeats:])
 
