@@ -7,8 +7,6 @@ Cuthill-McKee passes), and torch.profiler's busiest ops and host syncs over one 
 Writes ``DIR/profile_reorder.md``. The graphs are those of suite "reorder".
 """
 import argparse
-import statistics
-import time
 from pathlib import Path
 
 import torch
@@ -27,16 +25,9 @@ def load(name: str, device):
     return schedule_select.graph(name, device)
 
 
-def timed(fn, device, repeats: int = REPEATS):
-    """(result, median ms) over ``repeats`` calls after one untimed call."""
-    times, result = [], None
-    for _ in range(repeats + 1):
-        synchronize(device)
-        start = time.perf_counter()
-        result = fn()
-        synchronize(device)
-        times.append((time.perf_counter() - start) * 1e3)
-    return result, statistics.median(times[1:])
+def timed(fn, device):
+    """(result, median ms) of ``REPEATS`` calls after one untimed call (the suite's timer)."""
+    return reorder_suite.time_call(fn, device, REPEATS)
 
 
 class Counter:
