@@ -3,9 +3,11 @@ segment reduction gathers (``x[src]``) lie close together in memory and in cache
 
 Everything runs on the edges' device without a Python loop over nodes or communities: one sort
 builds the undirected adjacency, label propagation costs one fused op per round over sampled
-neighbours (``torch.ops.pyg_fast.label_propagation_round``), Cuthill-McKee a few vectorised torch
-ops per BFS level, the final permutation one sort of the edges."""
+neighbours (``torch.ops.pyg_fast.label_propagation_round``), Cuthill-McKee one op for all
+communities up to a size (``torch.ops.pyg_fast.cuthill_mckee``) and a few vectorised torch ops per
+BFS level for larger ones, the final permutation one sort of the edges."""
 import copy
+import math
 from typing import NamedTuple, Optional
 
 import torch
@@ -17,8 +19,8 @@ from torch_geometric.transforms import BaseTransform
 # when Reorder is applied to already reordered data.
 NODE_PERM, EDGE_PERM = "node_perm", "edge_perm"
 WHEN = ("always", "auto")
-# Cuthill-McKee orders a level by (parent position, degree, id) with one sort of a combined int64
-# key while V * V * (max degree + 1) stays below this, else with two stable sorts.
+# Cuthill-McKee sorts by (community or node, degree, id) with one sort of a combined int64 key
+# while the product of the keys' ranges stays below this, else with stable sorts key by key.
 COMBINED_KEY_LIMIT = 2 ** 63
 
 
@@ -108,25 +110,24 @@ def _(labels, ptr, col, nodes, offset, priority, changed):
 
 
 def community_rcm_order(edge_index: Tensor, num_nodes: int, communities: Tensor,
-                        adjacency: Optional[Adjacency] = None) -> Tensor:
+                        adjacency: Optional[Adjacency] = None, max_sequential: Optional[int] = None) -> Tensor:
     """Node order: communities one after another (in label order), Reverse Cuthill-McKee inside
     each, over the edges inside the community only.
 
-    Cuthill-McKee runs level-synchronously for all communities at once. Each community starts
-    with its nodes that have no neighbour inside it (by id), then from its unvisited node of
-    smallest (degree, id) (degrees inside the community); the next BFS level is every unvisited
-    neighbour of the current level, ordered by (smallest position among its neighbours in the
-    current level, degree, id). That is the order sequential Cuthill-McKee gives from the same
-    start (children appended parent by parent, each parent's sorted by degree, ties by id);
-    scipy's ``reverse_cuthill_mckee`` also seeds every component, a node without neighbours
-    included, at an unvisited node of smallest degree (ties in numpy's argsort order). A
-    community whose BFS ends with nodes left (a disconnected community) starts again from its
-    smallest unvisited node once every community's BFS has ended: BFS never leaves a community,
-    so when a community restarts does not change its order, and waiting spares a host sync per
-    level. Passes: over the restart rounds, the sum of each round's deepest BFS; each pass costs
-    three host syncs and work proportional to the current level's edges plus a few ops over the
-    level's nodes (and one over all nodes per restart round). The order is then reversed within
-    each community.
+    Each community starts with its nodes that have no neighbour inside it (by id), then from its
+    unvisited node of smallest (degree, id) (degrees inside the community); a node's unvisited
+    neighbours follow it by (degree, id), and a BFS that ends with nodes left starts again from
+    the community's smallest unvisited node. That is sequential Cuthill-McKee; scipy's
+    ``reverse_cuthill_mckee`` also seeds every component, a node without neighbours included, at
+    an unvisited node of smallest degree (ties in numpy's argsort order). The order is then
+    reversed within each community.
+
+    Communities of at most ``max_sequential`` nodes (default :data:`MAX_SEQUENTIAL` of the
+    device: all of them on the CPU) run ``torch.ops.pyg_fast.cuthill_mckee``, one queue-based BFS
+    per community (one launch on CUDA, a warp per community); larger ones run a
+    level-synchronous BFS over all of them at once (:func:`_level_synchronous`), whose cost is a
+    few ops and host syncs per BFS level instead of a sequential walk over the community. Both
+    give the same order.
 
     Returns ``perm`` with ``perm[new_id] = old_id``.
     """
@@ -135,19 +136,73 @@ def community_rcm_order(edge_index: Tensor, num_nodes: int, communities: Tensor,
     communities = communities.to(device=device, dtype=torch.long)
     num_communities = int(communities.max()) + 1 if num_nodes > 0 else 0
     size = torch.bincount(communities, minlength=num_communities)
-    first = size.cumsum(0) - size  # global position of each community's first node
-    # Intra-community adjacency: a filter keeps the grouping by node.
-    inside = communities[adj.row] == communities[adj.col]
-    col = adj.col[inside.nonzero().squeeze(1)].long()
-    kept_before = torch.zeros(inside.numel() + 1, dtype=torch.long, device=device)
-    kept_before[1:] = inside.cumsum(0)
-    ptr = kept_before[adj.ptr]
+    community_ptr = torch.zeros(num_communities + 1, dtype=torch.long, device=device)
+    community_ptr[1:] = size.cumsum(0)  # global position of each community's first node
+    # Intra-community adjacency: a filter keeps the grouping by node; on CUDA every node's
+    # neighbours are then sorted by (degree, id), the order in which the BFS appends them (the CPU
+    # op sorts each node's new neighbours itself, cheaper than this sort there).
+    inside = (communities[adj.row] == communities[adj.col]).nonzero().squeeze(1)
+    row, col = adj.row[inside].long(), adj.col[inside].long()
+    ptr = torch.zeros(num_nodes + 1, dtype=torch.long, device=device)
+    ptr[1:] = torch.bincount(row, minlength=num_nodes).cumsum(0)
     degree = ptr.diff()
-    # Sort key (parent position, degree) of a level's nodes: positions < V, degrees <= 2E.
     degree_span = int(degree.max()) + 1 if num_nodes > 0 else 1
+    if device.type != "cpu":
+        col = col[_lexsort((row, degree[col], col), (num_nodes, degree_span, num_nodes))]
+    nodes = torch.arange(num_nodes, device=device)
+    roots = _lexsort((communities, degree, nodes), (num_communities, degree_span, num_nodes))
+    if max_sequential is None:
+        max_sequential = MAX_SEQUENTIAL.get(device.type, num_nodes)
+    position = torch.ops.pyg_fast.cuthill_mckee(ptr, col, roots, community_ptr, max_sequential)
+    if max_sequential < num_nodes and bool((size > max_sequential).any()):
+        _level_synchronous(position, ptr, col, degree, degree_span, communities, community_ptr)
+    # Reverse within each community, then perm[new] = old.
+    community_first = community_ptr[:-1][communities]
+    community_last = community_ptr[1:][communities] - 1
+    perm = torch.empty_like(position)
+    perm[community_first + community_last - position] = nodes
+    return perm
 
-    position = torch.full((num_nodes,), -1, dtype=torch.long, device=device)
-    next_free = first.clone()
+
+# Communities up to this many nodes take the sequential op (module docstring of
+# community_rcm_order). CUDA: a warp walks about one parent or 32 neighbours per microsecond,
+# while a level-synchronous BFS level costs about 0.9 ms on the H100 (sbm_1000, session 7).
+MAX_SEQUENTIAL = {"cuda": 4096}
+
+
+@torch.library.register_fake("pyg_fast::cuthill_mckee")
+def _(ptr, col, roots, community_ptr, max_community_size):
+    return torch.empty_like(roots)
+
+
+def _lexsort(keys, spans) -> Tensor:
+    """Indices that sort by ``keys[0]``, then ``keys[1]``, ... (int64 tensors, ``keys[i]`` in
+    ``[0, spans[i])``): one sort of a combined key while the spans' product stays below
+    :data:`COMBINED_KEY_LIMIT`, else stable sorts from the last key to the first."""
+    if math.prod(spans) < COMBINED_KEY_LIMIT:
+        combined = keys[0]
+        for key, span in zip(keys[1:], spans[1:]):
+            combined = combined * span + key
+        return torch.sort(combined).indices  # equal combined keys are equal tuples: any order will do
+    order = torch.sort(keys[-1], stable=True).indices
+    for key in reversed(keys[:-1]):
+        order = order[torch.sort(key[order], stable=True).indices]
+    return order
+
+
+def _level_synchronous(position: Tensor, ptr: Tensor, col: Tensor, degree: Tensor, degree_span: int,
+                       communities: Tensor, community_ptr: Tensor) -> None:
+    """Fills the Cuthill-McKee positions of the nodes still at -1 in ``position``, whose
+    communities hold nothing else, level-synchronously for all these communities at once: the
+    next BFS level is every unvisited neighbour of the current level, ordered by (smallest
+    position among its neighbours in the current level, degree, id), the order the sequential
+    algorithm gives. A community whose BFS ends with nodes left starts again from its smallest
+    unvisited node once every community's BFS has ended (BFS never leaves a community, so when a
+    community restarts does not change its order, and waiting spares a host sync per level).
+    Each level costs three host syncs and work proportional to its edges."""
+    device, num_nodes = position.device, position.numel()
+    next_free = community_ptr[:-1].clone()
+    next_free.index_add_(0, communities, (position >= 0).long())
     best_parent = torch.full((num_nodes,), num_nodes, dtype=torch.long, device=device)
 
     def place(nodes: Tensor) -> None:
@@ -157,10 +212,11 @@ def community_rcm_order(edge_index: Tensor, num_nodes: int, communities: Tensor,
         position[nodes] = next_free[comm] + rank
         next_free.index_add_(0, comm, torch.ones_like(comm))
 
-    isolated = (degree == 0).nonzero().squeeze(1)
+    isolated = ((degree == 0) & (position < 0)).nonzero().squeeze(1)
     place(isolated[torch.sort(communities[isolated], stable=True).indices])
-    placed, level = isolated.numel(), isolated[:0]
-    while placed < num_nodes:
+    left = int((position < 0).sum())
+    level = isolated[:0]
+    while left > 0:
         level = _next_level(level, ptr, col, degree, position, best_parent, degree_span)
         if level.numel() == 0:
             # Every BFS has ended: each community with nodes left starts again from its unvisited
@@ -168,17 +224,11 @@ def community_rcm_order(edge_index: Tensor, num_nodes: int, communities: Tensor,
             unvisited = (position < 0).nonzero().squeeze(1)
             key = degree[unvisited] * num_nodes + unvisited
             none_left = degree_span * num_nodes  # above every key
-            smallest = torch.full((num_communities,), none_left, dtype=torch.long, device=device)
+            smallest = torch.full((community_ptr.numel() - 1,), none_left, dtype=torch.long, device=device)
             smallest.scatter_reduce_(0, communities[unvisited], key, "amin")
             level = smallest[(smallest < none_left).nonzero().squeeze(1)] % num_nodes
         place(level)
-        placed += level.numel()
-    # Reverse within each community, then perm[new] = old.
-    last = first + size - 1
-    reversed_position = first[communities] + last[communities] - position
-    perm = torch.empty_like(position)
-    perm[reversed_position] = torch.arange(num_nodes, device=device)
-    return perm
+        left -= level.numel()
 
 
 def _next_level(level: Tensor, ptr: Tensor, col: Tensor, degree: Tensor, position: Tensor,
@@ -201,15 +251,7 @@ def _next_level(level: Tensor, ptr: Tensor, col: Tensor, degree: Tensor, positio
     best_parent.scatter_reduce_(0, child, torch.where(fresh, parent, num_nodes), "amin")
     first_parent = (fresh & (best_parent[child] == parent)).nonzero().squeeze(1)
     child, parent = child[first_parent], parent[first_parent]
-    # Lexicographic (parent, degree, id): one sort of a combined key where it fits in 63 bits,
-    # else by id, then stably by (parent, degree).
-    major = parent * degree_span + degree[child]
-    if num_nodes * num_nodes * degree_span < COMBINED_KEY_LIMIT:
-        child = child[torch.sort(major * num_nodes + child).indices]
-    else:
-        order = torch.sort(child, stable=True).indices
-        child, major = child[order], major[order]
-        child = child[torch.sort(major, stable=True).indices]
+    child = child[_lexsort((parent, degree[child], child), (num_nodes, degree_span, num_nodes))]
     # A child listed twice (a repeated edge) is adjacent to itself now.
     return torch.unique_consecutive(child)
 

@@ -138,29 +138,102 @@ def sequential_rcm(edge_index, num_nodes, communities):
     return order
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("max_sequential", [None, 0, 12])
 @pytest.mark.parametrize("seed", range(40))
-def test_cuthill_mckee_is_the_sequential_order(seed):
+def test_cuthill_mckee_is_the_sequential_order(seed, max_sequential, device):
     """Random graphs with repeated edges, self-loops, isolated nodes and communities that are
-    disconnected inside (random labels), and one community (the whole graph)."""
+    disconnected inside (random labels), and one community (the whole graph); communities run
+    the sequential op (up to max_sequential nodes; None: the device's default), the
+    level-synchronous BFS (larger ones) or both."""
     gen = torch.Generator().manual_seed(seed)
     num_nodes = int(torch.randint(1, 60, (1,), generator=gen))
     edge_index = torch.randint(0, num_nodes, (2, int(torch.randint(0, 4 * num_nodes, (1,), generator=gen))),
                                generator=gen)
     for communities in (torch.randint(0, 4, (num_nodes,), generator=gen), torch.zeros(num_nodes, dtype=torch.long)):
         communities = torch.unique(communities, return_inverse=True)[1]  # labels 0..C-1
-        got = community_rcm_order(edge_index, num_nodes, communities)
+        got = community_rcm_order(edge_index.to(device), num_nodes, communities.to(device),
+                                  max_sequential=max_sequential)
         assert got.tolist() == sequential_rcm(edge_index, num_nodes, communities)
 
 
-def test_cuthill_mckee_without_the_combined_sort_key(monkeypatch):
-    """Graphs too large for one int64 key per (parent, degree, id) take two stable sorts."""
+@pytest.mark.parametrize("device", DEVICES)
+def test_cuthill_mckee_on_many_large_communities(device):
+    """Hundreds of communities of up to a few hundred nodes with hubs (more neighbours than a
+    warp has lanes, repeated edges): the sequential op and the level-synchronous BFS agree with
+    the reference."""
+    edge_index, block = block_graph(num_nodes=6000, num_blocks=40, num_edges=60_000, seed=5)
+    hub_edges = torch.stack([torch.zeros(500, dtype=torch.long), torch.randint(0, 6000, (500,))])
+    edge_index = torch.cat([edge_index, hub_edges, hub_edges], 1)  # node 0: a hub, each edge twice
+    want = sequential_rcm(edge_index, 6000, block)
+    for max_sequential in (None, 0, 150):
+        got = community_rcm_order(edge_index.to(device), 6000, block.to(device), max_sequential=max_sequential)
+        assert got.tolist() == want
+
+
+def cm_args(device="cpu"):
+    """A valid call: community 0 = {0, 1, 2} (a path 1-0-2), community 1 = {3}."""
+    return dict(ptr=torch.tensor([0, 2, 3, 4, 4], device=device), col=torch.tensor([1, 2, 0, 0], device=device),
+                roots=torch.tensor([1, 2, 0, 3], device=device), community_ptr=torch.tensor([0, 3, 4], device=device),
+                max_community_size=10)
+
+
+def test_cuthill_mckee_op():
+    assert torch.ops.pyg_fast.cuthill_mckee(*cm_args().values()).tolist() == [1, 0, 2, 3]
+    # Communities larger than max_community_size are left at -1.
+    assert torch.ops.pyg_fast.cuthill_mckee(*{**cm_args(), "max_community_size": 2}.values()).tolist() == [-1, -1, -1, 3]
+
+    def fn(ptr, col, roots, community_ptr):
+        return torch.ops.pyg_fast.cuthill_mckee(ptr, col, roots, community_ptr, 10)
+
+    args = list(cm_args().values())[:4]
+    assert torch.equal(torch.compile(fn, fullgraph=True, backend="aot_eager")(*args), fn(*args))
+
+
+@pytest.mark.parametrize("changes, error, match", [
+    (dict(ptr=torch.tensor([0, 2, 3, 4], dtype=torch.long)), ValueError, "'ptr' must have V \\+ 1 = 5"),
+    (dict(ptr=torch.tensor([0, 2, 3, 4, 4], dtype=torch.int32)), TypeError, "'ptr' must be int64"),
+    (dict(col=torch.tensor([1, 2, 0, 0], dtype=torch.int32)), TypeError, "'col' must be int64"),
+    (dict(community_ptr=torch.tensor([0.0, 4.0])), TypeError, "'community_ptr' must be int64"),
+    (dict(community_ptr=torch.tensor([0, 3])), ValueError, "'community_ptr' must run from 0 to V = 4"),
+    (dict(community_ptr=torch.tensor([0, 4, 3, 4])), ValueError, "'community_ptr' must be non-decreasing"),
+    (dict(roots=torch.tensor([7, 2, 0, 3])), IndexError, "'roots' holds ids outside \\[0, 4\\)"),
+    (dict(roots=torch.tensor([3, 2, 0, 3])), ValueError, "'roots' must list every node once"),
+    (dict(col=torch.tensor([1, 5, 0, 0])), IndexError, "'col' holds ids outside \\[0, 4\\)"),
+    (dict(col=torch.tensor([1, 3, 0, 0])), ValueError, "'col' must link nodes of one community only"),
+    (dict(ptr=torch.tensor([0, 2, 1, 4, 4])), ValueError, "'ptr' must be non-decreasing"),
+])
+def test_cuthill_mckee_op_bad_inputs_raise(changes, error, match):
+    with pytest.raises(error, match=match):
+        torch.ops.pyg_fast.cuthill_mckee(*{**cm_args(), **changes}.values())
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="needs CUDA")
+def test_cuthill_mckee_op_cuda_skips_bad_indices_and_checks_devices():
+    args = cm_args("cuda")
+    assert torch.ops.pyg_fast.cuthill_mckee(*args.values()).tolist() == [1, 0, 2, 3]
+    for bad in (dict(roots=torch.tensor([1, 2, 7, -3], device="cuda")), dict(roots=torch.tensor([3, 2, 0, 3], device="cuda")),
+                dict(col=torch.tensor([1, 2, -1, 1 << 40], device="cuda")), dict(col=torch.tensor([1, 3, 0, 0], device="cuda")),
+                dict(ptr=torch.tensor([0, 2, 1, 100, 4], device="cuda")),
+                dict(community_ptr=torch.tensor([0, 3, 1 << 40], device="cuda"))):
+        position = torch.ops.pyg_fast.cuthill_mckee(*{**args, **bad}.values())
+        assert ((position >= -1) & (position < 4)).all()  # every write stays in its community's range
+    torch.cuda.synchronize()
+    for name in ("col", "roots", "community_ptr"):
+        with pytest.raises(ValueError, match=f"'{name}' is on cpu"):
+            torch.ops.pyg_fast.cuthill_mckee(*{**args, name: args[name].cpu()}.values())
+
+
+@pytest.mark.parametrize("max_sequential", [None, 0])
+def test_cuthill_mckee_without_the_combined_sort_key(monkeypatch, max_sequential):
+    """Graphs too large for one int64 key per (node, degree, id) take stable sorts key by key."""
     monkeypatch.setattr(reorder_module, "COMBINED_KEY_LIMIT", 0)
     for seed in range(10):
         gen = torch.Generator().manual_seed(seed)
         num_nodes = int(torch.randint(1, 60, (1,), generator=gen))
         edge_index = torch.randint(0, num_nodes, (2, 3 * num_nodes), generator=gen)
         communities = torch.unique(torch.randint(0, 3, (num_nodes,), generator=gen), return_inverse=True)[1]
-        got = community_rcm_order(edge_index, num_nodes, communities)
+        got = community_rcm_order(edge_index, num_nodes, communities, max_sequential=max_sequential)
         assert got.tolist() == sequential_rcm(edge_index, num_nodes, communities)
 
 
