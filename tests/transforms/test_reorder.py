@@ -224,16 +224,19 @@ def test_cuthill_mckee_op_cuda_skips_bad_indices_and_checks_devices():
             torch.ops.pyg_fast.cuthill_mckee(*{**args, name: args[name].cpu()}.values())
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("max_sequential", [None, 0])
-def test_cuthill_mckee_without_the_combined_sort_key(monkeypatch, max_sequential):
-    """Graphs too large for one int64 key per (node, degree, id) take stable sorts key by key."""
+def test_cuthill_mckee_without_the_combined_sort_key(monkeypatch, max_sequential, device):
+    """Graphs too large for one int64 key per (node, degree, id) take stable sorts key by key
+    (on CUDA also the sort of every node's neighbours that the op reads in order)."""
     monkeypatch.setattr(reorder_module, "COMBINED_KEY_LIMIT", 0)
     for seed in range(10):
         gen = torch.Generator().manual_seed(seed)
         num_nodes = int(torch.randint(1, 60, (1,), generator=gen))
         edge_index = torch.randint(0, num_nodes, (2, 3 * num_nodes), generator=gen)
         communities = torch.unique(torch.randint(0, 3, (num_nodes,), generator=gen), return_inverse=True)[1]
-        got = community_rcm_order(edge_index, num_nodes, communities, max_sequential=max_sequential)
+        got = community_rcm_order(edge_index.to(device), num_nodes, communities.to(device),
+                                  max_sequential=max_sequential)
         assert got.tolist() == sequential_rcm(edge_index, num_nodes, communities)
 
 
