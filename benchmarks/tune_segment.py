@@ -30,6 +30,7 @@ from pyg_fast import tuning
 ROW_PARAMS = [dict(schedule="row", max_lanes=m, threads=t, chunk=256) for m in (8, 32) for t in (128, 256)]
 ROW_PARALLEL_PARAMS = [dict(schedule="row_parallel", max_lanes=m, threads=256, chunk=256) for m in (4, 8, 32)]
 CHUNK_PARAMS = [dict(schedule="chunk", max_lanes=m, threads=128, chunk=c) for m in (8, 32) for c in (32, 128, 512)]
+EDGES_PARAMS = [dict(schedule="edges", max_lanes=32, threads=256, chunk=c) for c in (256, 1024, 4096)]
 # Neighbour groups: GNNAdvisor's model (0 = group size near the mean degree, lanes near F / 3)
 # and fixed alternatives around it.
 GROUPS_PARAMS = [dict(schedule="groups", max_lanes=0, threads=256, chunk=0),
@@ -41,7 +42,7 @@ BALANCED_PARAMS = [dict(schedule="balanced", max_lanes=32, threads=t, chunk=0) f
 
 def candidate_params(num_features: int) -> list:
     """Every configuration the sweep (and the schedule_select benchmark's exhaustive search) tries."""
-    small = ROW_PARALLEL_PARAMS if num_features <= 16 else []
+    small = ROW_PARALLEL_PARAMS + EDGES_PARAMS if num_features <= 16 else []
     return ROW_PARAMS + small + CHUNK_PARAMS + GROUPS_PARAMS + BALANCED_PARAMS
 
 

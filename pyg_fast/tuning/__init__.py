@@ -23,7 +23,10 @@ A config is ``[schedule, lanes, vector width, threads per block, rows per chunk 
 - ``groups`` (GNNAdvisor): neighbour groups of ``chunk`` rows, dimension workers over features,
   block-level combine in shared memory; needs the per-graph group table;
 - ``balanced`` (G-Sparse): one warp per segment in degree-sorted order, staged indices, strided
-  register tiles; needs the per-graph row order.
+  register tiles; needs the per-graph row order;
+- ``edges`` (GeoT parallel, across segments): one warp per fixed-size chunk of rows, lanes over
+  consecutive rows with a warp-segmented scan; for small F, where a lane per feature leaves
+  lanes idle and a group per segment leaves lanes idle on short segments.
 
 Graph-aware layouts are built once per graph (cached with its CSR pointer, reused by the
 forward and backward passes), from the second reduction over the same graph on: a graph used
@@ -44,11 +47,13 @@ from pyg_fast.ops import _layout
 
 # The shipped table; PYG_FAST_TUNING_RULES names another (e.g. one measured on your GPU).
 RULES_PATH = os.environ.get("PYG_FAST_TUNING_RULES") or os.path.join(os.path.dirname(__file__), "rules.json")
-SCHEDULES = {"row": 0, "chunk": 1, "row_parallel": 2, "groups": 3, "balanced": 4}
+SCHEDULES = {"row": 0, "chunk": 1, "row_parallel": 2, "groups": 3, "balanced": 4, "edges": 5}
 GRAPH_AWARE = ("groups", "balanced")
+# Schedules that cut the rows into fixed chunks: the segments must cover every row (else "row").
+CHUNKED = ("chunk", "edges")
 # Benchmark method name of each schedule (suite "schedule_select").
-METHOD_NAMES = {"row": "geot_sr", "row_parallel": "geot_pr", "chunk": "geot_chunk", "groups": "advisor_groups",
-                "balanced": "gsparse_balanced"}
+METHOD_NAMES = {"row": "geot_sr", "row_parallel": "geot_pr", "chunk": "geot_chunk", "edges": "geot_edges",
+                "groups": "advisor_groups", "balanced": "gsparse_balanced"}
 BALANCED_TILE = 2  # output vectors per thread of the balanced schedule: kBalancedTile in segment_reduce.cuh
 # A graph-aware layout is built on this reduction over the same CSR pointer, not before.
 LAYOUT_AFTER_USES = 2
@@ -191,7 +196,7 @@ def segment_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool = Fa
 
     ``values`` is the tensor whose rows are reduced (its last dimension is F); ``ptr`` the CSR
     pointer of the segments; ``num_rows`` the number of rows reduced (E); ``covers_all``: the
-    segments cover all E rows (ptr[0] == 0, ptr[-1] == E), which the chunk schedule needs. The
+    segments cover all E rows (ptr[0] == 0, ptr[-1] == E), which the chunked schedules need. The
     layout of a graph-aware schedule is built here once per graph (cached on ``ptr``).
     """
     if not values.is_cuda:
@@ -226,7 +231,7 @@ def _resolve_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool, he
     p = choose(num_rows, ptr.numel() - 1, num_features, values.element_size(), gather, num_features // heads,
                max_segment, graph_aware)
     schedule = p["schedule"]
-    if (schedule == "chunk" and not covers_all) or (schedule in GRAPH_AWARE and tracing):
+    if (schedule in CHUNKED and not covers_all) or (schedule in GRAPH_AWARE and tracing):
         schedule = "row"
     data = None
     if schedule == "groups":

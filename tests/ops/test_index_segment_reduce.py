@@ -202,6 +202,7 @@ def schedule_test_graph(kind: str, device):
 SCHEDULES_ON_GRAPHS = [dict(schedule="row", max_lanes=32, threads=128, chunk=256),
                        dict(schedule="row_parallel", max_lanes=8, threads=256, chunk=256),
                        dict(schedule="chunk", max_lanes=32, threads=128, chunk=64),
+                       dict(schedule="edges", max_lanes=32, threads=256, chunk=1024),
                        dict(schedule="groups", max_lanes=0, threads=256, chunk=0),
                        dict(schedule="groups", max_lanes=32, threads=128, chunk=16),
                        dict(schedule="balanced", max_lanes=32, threads=256, chunk=0)]

@@ -162,6 +162,8 @@ SCHEDULE_PARAMS = [dict(schedule="row", max_lanes=32, threads=128, chunk=256),
                    dict(schedule="row_parallel", max_lanes=32, threads=128, chunk=256),
                    dict(schedule="chunk", max_lanes=32, threads=128, chunk=7),
                    dict(schedule="chunk", max_lanes=4, threads=256, chunk=64),
+                   dict(schedule="edges", max_lanes=32, threads=256, chunk=64),
+                   dict(schedule="edges", max_lanes=1, threads=64, chunk=100),  # chunks not of whole steps
                    dict(schedule="groups", max_lanes=32, threads=128, chunk=4),
                    dict(schedule="groups", max_lanes=0, threads=256, chunk=0),  # GNNAdvisor's model
                    dict(schedule="groups", max_lanes=2, threads=64, chunk=64),
@@ -195,11 +197,13 @@ def test_every_cuda_schedule(params, reduce, dtype, num_features):
 
 
 @pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
-@pytest.mark.parametrize("params", SCHEDULE_PARAMS[-5:], ids=lambda p: f"{p['schedule']}-{p['max_lanes']}-{p['chunk']}")
+@pytest.mark.parametrize("params", [p for p in SCHEDULE_PARAMS if p["schedule"] in ("groups", "balanced", "edges")],
+                         ids=lambda p: f"{p['schedule']}-{p['max_lanes']}-{p['chunk']}")
 @pytest.mark.parametrize("reduce", REDUCES)
-def test_graph_aware_schedules_batched_and_ptr(params, reduce):
-    """The graph-aware schedules over a batch (src [3, E, F], reduced along dim 1) and a ptr that
-    does not start at row 0 (rows outside every segment are ignored), with gradients."""
+def test_layout_and_edge_schedules_batched_and_ptr(params, reduce):
+    """The graph-aware and edge-parallel schedules over a batch (src [3, E, F], reduced along dim
+    1) and a ptr that does not start at row 0 (rows outside every segment are ignored; the edge
+    schedule hands that to the row schedule), with gradients."""
     from pyg_fast import tuning
     index = random_index(2000, 90, "cuda", huge_segment=True)
     src = torch.randn(3, 2000, 12, device="cuda")

@@ -15,11 +15,12 @@
 
 namespace pyg_fast::cuda {
 
-enum class Schedule : int64_t { Row = 0, Chunk = 1, RowParallel = 2, Groups = 3, Balanced = 4 };
+enum class Schedule : int64_t { Row = 0, Chunk = 1, RowParallel = 2, Groups = 3, Balanced = 4, Edges = 5 };
 
 // Layout of the int[] config argument (kept in sync with pyg_fast/tuning/__init__.py):
-// [schedule, lanes per group, vector width, threads per block, rows per chunk (chunk) or per
+// [schedule, lanes per group, vector width, threads per block, rows per chunk (chunk, edges) or per
 // neighbour group (groups; the layout holds the groups, this only names it)]; [] = defaults.
+// The edges schedule's lanes size the groups of its fixup pass.
 struct SegmentConfig {
   Schedule schedule = Schedule::Row;
   int lanes = 32;
@@ -44,7 +45,7 @@ struct SegmentConfig {
     c.vec = static_cast<int>(config[2]);
     c.threads = static_cast<int>(config[3]);
     c.chunk = config[4];
-    PF_CHECK_VALUE(config[0] >= 0 && config[0] <= 4, "pyg_fast: unknown schedule ", config[0]);
+    PF_CHECK_VALUE(config[0] >= 0 && config[0] <= 5, "pyg_fast: unknown schedule ", config[0]);
     PF_CHECK_VALUE(c.lanes >= 1 && c.lanes <= 32 && (c.lanes & (c.lanes - 1)) == 0,
                       "pyg_fast: lanes must be a power of two <= 32, got ", c.lanes);
     PF_CHECK_VALUE((c.vec == 1 || c.vec == 2 || c.vec == 4 || c.vec == 8) && c.vec * element_size <= 16 &&
@@ -52,7 +53,8 @@ struct SegmentConfig {
                       "pyg_fast: vector width ", c.vec, " does not fit features of size ", num_features);
     PF_CHECK_VALUE(c.threads >= 32 && c.threads <= 1024 && c.threads % 32 == 0,
                       "pyg_fast: threads per block must be a multiple of 32 up to 1024, got ", c.threads);
-    PF_CHECK_VALUE(c.chunk >= 1 || (c.schedule != Schedule::Chunk && c.schedule != Schedule::Groups),
+    PF_CHECK_VALUE(c.chunk >= 1 || (c.schedule != Schedule::Chunk && c.schedule != Schedule::Groups &&
+                                    c.schedule != Schedule::Edges),
                    "pyg_fast: rows per chunk (or group) must be positive, got ", c.chunk);
     return c;
   }
@@ -113,12 +115,15 @@ inline int64_t num_sms() {
   return count[device];
 }
 
-// Enough blocks to cover `items` groups, capped at a few waves (the kernels stride).
-inline int64_t grid_for(int64_t items, const SegmentConfig& c) {
-  const int64_t groups_per_block = c.threads / c.lanes;
-  const int64_t blocks = (items + groups_per_block - 1) / groups_per_block;
+// Enough blocks to cover `items` work items at `per_block` a block, capped at a few waves (the
+// kernels stride).
+inline int64_t grid_for(int64_t items, int64_t per_block) {
+  const int64_t blocks = (items + per_block - 1) / per_block;
   return std::max<int64_t>(1, std::min<int64_t>(blocks, num_sms() * 32));
 }
+
+// The same for one group of c.lanes threads per item.
+inline int64_t grid_for(int64_t items, const SegmentConfig& c) { return grid_for(items, c.threads / c.lanes); }
 
 // Calls f(std::integral_constant<int, VEC>) for the runtime vector width (at most 16 bytes).
 template <typename scalar_t, typename F>
@@ -157,10 +162,8 @@ void launch_segment_reduce(const SegmentConfig& c, const GraphLayout& layout, co
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       return;
     case Schedule::Balanced: {
-      const int64_t warps_per_block = c.threads / kWarpSize;
-      const int64_t blocks = std::max<int64_t>(
-          1, std::min<int64_t>((batch * num_segments + warps_per_block - 1) / warps_per_block, num_sms() * 32));
-      segment_balanced_kernel<scalar_t, acc_t, R, VEC><<<blocks, c.threads, 0, stream>>>(
+      segment_balanced_kernel<scalar_t, acc_t, R, VEC>
+          <<<grid_for(batch * num_segments, c.threads / kWarpSize), c.threads, 0, stream>>>(
           p, layout.row_order, num_segments, batch, c.lanes, rows, o);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       return;
@@ -183,12 +186,19 @@ void launch_segment_reduce(const SegmentConfig& c, const GraphLayout& layout, co
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       return;
     }
-    case Schedule::Chunk: {
+    case Schedule::Chunk:
+    case Schedule::Edges: {
       const int64_t num_chunks = (rows.num_rows + c.chunk - 1) / c.chunk;
       const at::Tensor carry = carry_buffer(num_chunks);
       acc_t* cp = carry.mutable_data_ptr<acc_t>();
-      segment_chunks_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_chunks, c), c.threads, 0, stream>>>(
-          p, num_segments, batch, c.chunk, num_chunks, groups, rows, o, cp);
+      if (c.schedule == Schedule::Chunk) {
+        segment_chunks_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_chunks, c), c.threads, 0, stream>>>(
+            p, num_segments, batch, c.chunk, num_chunks, groups, rows, o, cp);
+      } else {  // a warp per chunk
+        segment_edges_kernel<scalar_t, acc_t, R, VEC>
+            <<<grid_for(batch * num_chunks, c.threads / kWarpSize), c.threads, 0, stream>>>(
+                p, num_segments, batch, c.chunk, num_chunks, rows, o, cp);
+      }
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       segment_fixup_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_segments, c), c.threads, 0, stream>>>(
           p, p, rows.num_rows, num_segments, batch, rows.num_features, c.chunk, num_chunks, groups, cp, o);

@@ -20,6 +20,8 @@
 //           (and writes the empty segments). Deterministic as well: no atomics.
 //  * groups: GNNAdvisor's neighbour groups, see segment_groups_kernel.
 //  * balanced: G-Sparse's degree-sorted rows with staged indices, see segment_balanced_kernel.
+//  * edges: one warp per chunk of rows, lanes over consecutive rows (not features), for small F;
+//           see segment_edges_kernel.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +29,9 @@
 #include "../../common/reduce.h"
 
 namespace pyg_fast::cuda {
+
+constexpr int kWarpSize = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
 
 template <typename T, int VEC>
 struct alignas(sizeof(T) * VEC) Vec {
@@ -213,7 +218,7 @@ __global__ void segment_rows_parallel_kernel(const int64_t* __restrict__ ptr, in
       for (int offset = groups.lanes / 2; offset > 0; offset /= 2) {
 #pragma unroll
         for (int k = 0; k < VEC; ++k)
-          acc[k] = Reducer<R, acc_t>::update(acc[k], __shfl_xor_sync(0xffffffffu, acc[k], offset, groups.lanes));
+          acc[k] = Reducer<R, acc_t>::update(acc[k], __shfl_xor_sync(kFullMask, acc[k], offset, groups.lanes));
       }
       if (active && lane == 0) store_final<scalar_t, acc_t, R, VEC>(out + i * F + f0, acc, hi - lo);
     }
@@ -298,6 +303,123 @@ __global__ void segment_fixup_kernel(const int64_t* __restrict__ ptr, const int6
   }
 }
 
+// Edge-parallel schedule, pass 1 (GeoT's parallel reduction over the rows of many segments at
+// once, for small F): one warp per chunk of `chunk` consecutive rows, whatever segments they belong
+// to, its lanes over 32 consecutive rows per step, each lane all of one row's VEC features. Index
+// and weight loads are coalesced and no lane idles on a short segment (the row schedules give a
+// short segment a whole group). A lane finds its row's segment among the next 32 segment boundaries
+// (one coalesced load of ptr, a 5-step search by shuffles), a 5-step segmented scan combines the
+// rows of each segment in the step, and the lane holding a segment's last row writes it. The segment
+// open at the end of a step carries into the next in registers; segments that cross a chunk leave
+// partials in the chunk schedule's carry slots (same layout), which segment_fixup_kernel combines, as
+// it writes the empty segments. Deterministic, no atomics. Requires ptr[0] == 0 and ptr[V] == E.
+// Steps of 32 rows whose loads are issued together (memory-level parallelism per warp).
+constexpr int kEdgeSteps = 2;
+
+// Last r in [0, num_segments) with ptr[r] <= e, searched by the whole warp: 31 probes a round, so
+// about log32(V) dependent loads instead of log2(V). Every lane returns the same r.
+__device__ __forceinline__ int64_t warp_segment_of(const int64_t* __restrict__ ptr, int64_t num_segments, int64_t e,
+                                                   int lane) {
+  int64_t lo = 0, hi = num_segments;  // invariant: answer in [lo, hi)
+  while (hi - lo > 1) {
+    // Probes lo < p_0 <= ... <= p_30 < hi; ptr non-decreasing makes the true ones a prefix.
+    const auto probe = [&](int j) { return lo + 1 + (hi - lo - 1) * j / 31; };
+    const bool below = lane < 31 && ptr[probe(lane)] <= e;
+    const int k = __popc(__ballot_sync(kFullMask, below));
+    const int64_t new_lo = k > 0 ? probe(k - 1) : lo, new_hi = k < 31 ? probe(k) : hi;
+    lo = new_lo;
+    hi = new_hi;
+  }
+  return lo;
+}
+
+// Number of the 32 non-decreasing values `bound` (one per lane) that are <= e, for this lane's e.
+__device__ __forceinline__ int warp_count_at_most(int64_t bound, int64_t e) {
+  int count = 0;
+#pragma unroll
+  for (int step = 16; step > 0; step /= 2)
+    if (__shfl_sync(kFullMask, bound, count + step - 1) <= e) count += step;
+  return count == 31 && __shfl_sync(kFullMask, bound, 31) <= e ? 32 : count;
+}
+
+template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
+__global__ void segment_edges_kernel(const int64_t* __restrict__ ptr, int64_t num_segments, int64_t batch,
+                                     int64_t chunk, int64_t num_chunks, Rows rows, scalar_t* __restrict__ out,
+                                     acc_t* __restrict__ carry) {
+  using Red = Reducer<R, acc_t>;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t F = rows.num_features, E = rows.num_rows, V = num_segments;
+  const int64_t warps_per_block = blockDim.x / kWarpSize;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * warps_per_block;
+  for (int64_t i = blockIdx.x * warps_per_block + threadIdx.x / kWarpSize; i < batch * num_chunks; i += warps) {
+    const int64_t b = i / num_chunks, c = i - b * num_chunks;
+    const int64_t e_begin = c * chunk, e_end = min(e_begin + chunk, E);
+    const int64_t r_first = warp_segment_of(ptr, V, e_begin, lane);
+    for (int64_t f0 = 0; f0 < F; f0 += VEC) {
+      int64_t r_open = r_first;  // the segment of the row before the step (r_first at the chunk's start)
+      acc_t open[VEC];           // its partial over this chunk's rows so far
+      init_acc<acc_t, R, VEC>(open);
+      for (int64_t base = e_begin; base < e_end; base += kEdgeSteps * kWarpSize) {
+        acc_t acc[kEdgeSteps][VEC];
+#pragma unroll
+        for (int s = 0; s < kEdgeSteps; ++s) {
+          init_acc<acc_t, R, VEC>(acc[s]);
+          const int64_t e = base + s * kWarpSize + lane;
+          if (e < e_end) {
+            Vec<scalar_t, VEC> v;
+            const acc_t scale = rows.template scale<acc_t>(e, f0);
+            if (rows.load(b, e, f0, v)) fold_vec<acc_t, R, Rows::kScaled>(acc[s], v, scale);
+          }
+        }
+#pragma unroll
+        for (int s = 0; s < kEdgeSteps; ++s) {
+          const int64_t step_base = base + s * kWarpSize;
+          if (step_base >= e_end) break;  // warp-uniform
+          const int64_t e = step_base + lane, step_last = min(step_base + kWarpSize, e_end) - 1;
+          // This row's segment: r_open plus the boundaries ptr[k] <= e after it, 32 at a time.
+          int64_t seg = r_open;
+          for (int64_t k0 = r_open + 1; k0 <= V; k0 += kWarpSize) {
+            const int64_t bound = ptr[min(k0 + lane, V)];  // ptr[V] == E exceeds every row
+            seg += warp_count_at_most(bound, e);
+            if (__shfl_sync(kFullMask, bound, 31) > step_last) break;
+          }
+          seg = min(seg, V - 1);  // only a malformed ptr gets here with seg == V
+          if (lane == 0 && seg == r_open) {
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) acc[s][k] = Red::update(open[k], acc[s][k]);
+          }
+          // Segmented inclusive scan: each lane ends with its segment's rows up to its own.
+#pragma unroll
+          for (int d = 1; d < kWarpSize; d *= 2) {
+            const int64_t other_seg = __shfl_up_sync(kFullMask, seg, d);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) {
+              const acc_t other = __shfl_up_sync(kFullMask, acc[s][k], d);
+              if (lane >= d && other_seg == seg) acc[s][k] = Red::update(other, acc[s][k]);
+            }
+          }
+          const int64_t next_seg = __shfl_down_sync(kFullMask, seg, 1);
+          if (e <= step_last && (e == step_last || next_seg != seg)) {
+            const int64_t lo = ptr[seg], hi = ptr[seg + 1];
+            if (e + 1 >= min(hi, e_end)) {  // the segment's last row in this chunk
+              if (lo >= e_begin && hi <= e_end) {
+                store_final<scalar_t, acc_t, R, VEC>(out + (b * V + seg) * F + f0, acc[s], hi - lo);
+              } else {
+                acc_t* slot = carry + ((b * num_chunks + c) * 2 + (seg == r_first ? 0 : 1)) * F + f0;
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) slot[k] = acc[s][k];
+              }
+            }  // else the segment goes on after this step: carried below
+          }
+          r_open = __shfl_sync(kFullMask, seg, kWarpSize - 1);
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) open[k] = __shfl_sync(kFullMask, acc[s][k], kWarpSize - 1);
+        }
+      }
+    }
+  }
+}
+
 // Neighbour-group schedule (GNNAdvisor), pass 1. The layout (built once per graph by
 // pyg_fast/ops/_layout.py) cuts every segment into groups of at most `group_size` consecutive rows,
 // packed in segment order: group g covers rows [group_start[g], group_start[g + 1]) of segment
@@ -375,7 +497,6 @@ __global__ void segment_groups_kernel(const int64_t* __restrict__ ptr, const int
 // of the tile. Each thread holds kBalancedTile output vectors strided by lanes * VEC features (1-D
 // strided register tiling), so one walk over the rows covers kBalancedTile * lanes * VEC features; a
 // shuffle tree over the edge lanes combines them. Each segment is written once: deterministic.
-constexpr int kWarpSize = 32;
 constexpr int kBalancedTile = 2;  // pyg_fast/tuning/__init__.py sizes lanes with it
 constexpr int kMaxWarpsPerBlock = 32;
 
@@ -453,7 +574,7 @@ __global__ void segment_balanced_kernel(const int64_t* __restrict__ ptr, const i
         for (int k = 0; k < kBalancedTile; ++k) {
 #pragma unroll
           for (int j = 0; j < VEC; ++j)
-            acc[k][j] = Reducer<R, acc_t>::update(acc[k][j], __shfl_xor_sync(0xffffffffu, acc[k][j], offset));
+            acc[k][j] = Reducer<R, acc_t>::update(acc[k][j], __shfl_xor_sync(kFullMask, acc[k][j], offset));
         }
       }
       if (edge_lane == 0) {
