@@ -3,6 +3,7 @@ the GPU and writes the rule table that pyg_fast.tuning reads (pyg_fast/tuning/ru
 
     python -m benchmarks.tune_segment --out DIR    # writes DIR/rules.json and DIR/sweep.jsonl
     python -m benchmarks.tune_segment --out DIR --from-jsonl sweep.jsonl   # rules from a (partial) sweep
+    python -m benchmarks.tune_segment --out DIR --features 1,4,16 --merge old.jsonl   # re-sweep some F only
 
 Every configuration's output is checked against torch before it is timed. The table keeps,
 for each input measured, the fastest configuration and the input's features; at run time
@@ -79,8 +80,11 @@ def sweep_graphs(device: str, quick: bool):
         yield name, data.edge_index[0].to(device), data.edge_index[1].to(device), data.num_nodes
 
 
-def sweep(device: str, quick: bool, out_dir: str):
-    feature_sizes = [1, 16] if quick else [1, 4, 16, 32, 64, 128]
+FEATURE_SIZES = (1, 4, 16, 32, 64, 128)
+
+
+def sweep(device: str, quick: bool, out_dir: str, feature_sizes=FEATURE_SIZES):
+    feature_sizes = [1, 16] if quick else feature_sizes
     results = []
     for graph, src, dst, num_nodes in sweep_graphs(device, quick):
         num_edges = src.numel()
@@ -163,6 +167,13 @@ def fit_weights(results) -> list:
     return best[2]
 
 
+def merged(old, new):
+    """The ``old`` sweep results with every input that ``new`` measured again replaced by ``new``'s."""
+    key = lambda r: (r["graph"], r["F"], r["gather"])
+    fresh = {key(r) for r in new}
+    return [r for r in old if key(r) not in fresh] + list(new)
+
+
 def write_rules(results, out_dir: str, device_name: str) -> None:
     """The rule table (rules.json) from sweep results, with its measured leave-one-graph-out quality."""
     weights = fit_weights(results)
@@ -183,16 +194,25 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--from-jsonl", help="build the rules from this sweep.jsonl instead of sweeping")
     parser.add_argument("--device-name", default=None, help="recorded in the rules' source (with --from-jsonl)")
+    parser.add_argument("--features", default=None, help="comma-separated feature sizes to sweep (default: all)")
+    parser.add_argument("--merge", help="an earlier sweep.jsonl whose inputs not swept again join the rules")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     if args.from_jsonl:
-        with open(args.from_jsonl) as f:
-            results = [json.loads(line) for line in f if line.strip()]
+        results = read_jsonl(args.from_jsonl)
         device_name = args.device_name or "GPU"
     else:
-        results = sweep("cuda", args.quick, args.out)
+        sizes = tuple(int(f) for f in args.features.split(",")) if args.features else FEATURE_SIZES
+        results = sweep("cuda", args.quick, args.out, sizes)
         device_name = torch.cuda.get_device_name()
+    if args.merge:
+        results = merged(read_jsonl(args.merge), results)
     write_rules(results, args.out, device_name)
+
+
+def read_jsonl(path: str) -> list:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 if __name__ == "__main__":
