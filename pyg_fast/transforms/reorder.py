@@ -22,6 +22,9 @@ WHEN = ("always", "auto")
 # Cuthill-McKee sorts by (community or node, degree, id) with one sort of a combined int64 key
 # while the product of the keys' ranges stays below this, else with stable sorts key by key.
 COMBINED_KEY_LIMIT = 2 ** 63
+# community_rcm_order sorts neighbour lists with int32 keys (node, rank inside its community)
+# while nodes x largest community stays below this, else with int64 keys.
+INT32_KEY_LIMIT = 2 ** 31
 
 
 class Adjacency(NamedTuple):
@@ -36,18 +39,24 @@ def _index_dtype(num_nodes: int) -> torch.dtype:
     return torch.int32 if num_nodes < 2 ** 31 else torch.int64
 
 
-def undirected_adjacency(edge_index: Tensor, num_nodes: int) -> Adjacency:
-    """One stable sort of the 2E entries by node (32-bit keys where ids fit)."""
+def undirected_adjacency(edge_index: Tensor, num_nodes: int, num_loops: Optional[int] = None) -> Adjacency:
+    """One stable sort of the 2E entries by node (32-bit keys where ids fit); self-loops are
+    sorted behind every node and cut off. ``num_loops``: the number of self-loops in
+    ``edge_index`` where the caller knows it, else counted here (one host sync)."""
     dtype = _index_dtype(num_nodes)
-    src, dst = edge_index.to(dtype)
-    loops = src == dst
-    if bool(loops.any()):
-        keep = (~loops).nonzero().squeeze(1)
-        src, dst = src[keep], dst[keep]
-    row, order = torch.sort(torch.cat([dst, src]), stable=True)
-    col = torch.cat([src, dst])[order]
-    ptr = torch.zeros(num_nodes + 1, dtype=torch.long, device=edge_index.device)
-    ptr[1:] = torch.bincount(row, minlength=num_nodes).cumsum(0)
+    edges = edge_index.to(dtype)
+    loops = edges[0] == edges[1]
+    if num_loops is None:
+        num_loops = int(loops.sum())
+    rows = edges.flip(0).reshape(-1)  # [dst, src]: each entry's node; its neighbour is edges.reshape(-1)'s
+    if num_loops > 0:
+        rows = torch.where(loops.repeat(2), num_nodes, rows)
+    row, order = torch.sort(rows, stable=True)
+    kept = rows.numel() - 2 * num_loops
+    row, order = row[:kept], order[:kept]
+    col = edges.reshape(-1)[order]
+    # Sorted rows give the pointers without counting (bincount reads the maximum: a host sync).
+    ptr = torch.searchsorted(row, torch.arange(num_nodes + 1, dtype=dtype, device=row.device))
     return Adjacency(ptr, row, col)
 
 
@@ -63,49 +72,39 @@ def label_propagation(edge_index: Tensor, num_nodes: int, max_iters: int = 20, s
     list from a random offset per round: a fixed cost per node instead of a sort of all the edges'
     (node, label) pairs each round (the 16 is the op's kLabelPropagationSamples). Below 16
     neighbours, each missing one adds a vote for the label of adjacency entry ``col[0]``, should
-    that label be a candidate: a quirk of the first, vectorised version, kept so that results stay
-    the same. Ties are broken by a random order of the labels drawn anew each round (a fixed order floods the graph with
-    the first labels: min-label propagation finds connected components, not communities). One
-    order for all nodes of a round, rather than a coin per node, makes the first rounds, where
-    every label ties, gather nodes around locally first labels: on a 100-block sbm, 0.89 instead
-    of 0.86 of the edges end within V/20 after 10 rounds. Stops after ``max_iters`` rounds, or after a
-    pair of rounds in which at most 0.1% of the nodes changed (checked once per pair: one host
-    sync per two rounds). The random draws are torch's; deterministic for a given ``seed`` and
-    device. Returns labels compacted to 0..C-1 (int64).
+    that label be a candidate: a quirk of the first, vectorised version, kept because it decides
+    what label propagation finds on graphs without clear communities (arxiv_like: one giant
+    community with it, thousands of small ones without), which the selector's second stage was
+    fitted to. Ties are broken by a random order of the labels drawn anew each round (a fixed
+    order floods the graph with the first labels: min-label propagation finds connected
+    components, not communities). One order for all nodes of a round, rather than a coin per
+    node, makes the first rounds, where every label ties, gather nodes around locally first
+    labels. Stops after ``max_iters`` rounds, or after a pair of rounds in which at most 0.1% of
+    the nodes changed (checked once per pair: one host sync per two rounds). The random draws
+    (halves, offsets, label orders) are a hash of (``seed``, round, node or label) computed in
+    the op: a round is one launch, and the labels are the same on every device for a ``seed``.
+    Returns labels compacted to 0..C-1 (int64), in the order of the final labels.
     """
     device = edge_index.device
     adj = adjacency if adjacency is not None else undirected_adjacency(edge_index, num_nodes)
-    dtype = _index_dtype(num_nodes)
-    labels = torch.arange(num_nodes, dtype=dtype, device=device)
+    labels = torch.arange(num_nodes, dtype=adj.col.dtype, device=device)
     if adj.col.numel() > 0 and max_iters > 0:
-        generator = torch.Generator(device=device).manual_seed(seed)
-        first_half = torch.rand(num_nodes, generator=generator, device=device) < 0.5
-        halves = [_sample_plan(adj, first_half.nonzero().squeeze(1)),
-                  _sample_plan(adj, (~first_half).nonzero().squeeze(1))]
-        changed = torch.zeros((), dtype=torch.long, device=device)
+        changed = torch.zeros((), dtype=torch.long, device=device)  # a running total
+        seen = 0
         for round_ in range(max_iters):
-            nodes, degree = halves[round_ % 2]
-            offset = (torch.rand(nodes.numel(), generator=generator, device=device) * degree).long()
-            priority = torch.rand(num_nodes, generator=generator, device=device)
-            labels = torch.ops.pyg_fast.label_propagation_round(labels, adj.ptr, adj.col, nodes, offset, priority,
-                                                                changed)
+            labels = torch.ops.pyg_fast.label_propagation_round(labels, adj.ptr, adj.col, seed, round_, changed)
             if round_ % 2 == 1:
-                if int(changed) <= num_nodes // 1000:
+                total = int(changed)
+                if total - seen <= num_nodes // 1000:
                     break
-                changed.zero_()
-    present = torch.zeros(num_nodes + 1, dtype=torch.long, device=device)
-    present[labels.long() + 1] = 1
-    return present.cumsum(0)[labels.long()]  # labels compacted to 0..C-1, in label order
-
-
-def _sample_plan(adj: Adjacency, nodes: Tensor):
-    """What does not change between label propagation rounds for ``nodes``: the nodes and their
-    degrees (a round's sampling offsets are drawn in ``[0, degree]``)."""
-    return nodes, adj.ptr[nodes + 1] - adj.ptr[nodes]
+                seen = total
+    present = torch.zeros(num_nodes, dtype=torch.long, device=device)
+    present[labels] = 1
+    return (present.cumsum(0) - 1)[labels]  # labels compacted to 0..C-1, in label order
 
 
 @torch.library.register_fake("pyg_fast::label_propagation_round")
-def _(labels, ptr, col, nodes, offset, priority, changed):
+def _(labels, ptr, col, seed, round, changed):
     return torch.empty_like(labels)
 
 
@@ -133,34 +132,49 @@ def community_rcm_order(edge_index: Tensor, num_nodes: int, communities: Tensor,
     """
     device = edge_index.device
     adj = adjacency if adjacency is not None else undirected_adjacency(edge_index, num_nodes)
+    if num_nodes == 0:
+        return torch.empty(0, dtype=torch.long, device=device)
     communities = communities.to(device=device, dtype=torch.long)
-    num_communities = int(communities.max()) + 1 if num_nodes > 0 else 0
-    size = torch.bincount(communities, minlength=num_communities)
-    community_ptr = torch.zeros(num_communities + 1, dtype=torch.long, device=device)
-    community_ptr[1:] = size.cumsum(0)  # global position of each community's first node
-    # Intra-community adjacency: a filter keeps the grouping by node; on CUDA every node's
-    # neighbours are then sorted by (degree, id), the order in which the BFS appends them (the CPU
-    # op sorts each node's new neighbours itself, cheaper than this sort there).
-    inside = (communities[adj.row] == communities[adj.col]).nonzero().squeeze(1)
-    row, col = adj.row[inside].long(), adj.col[inside].long()
-    ptr = torch.zeros(num_nodes + 1, dtype=torch.long, device=device)
-    ptr[1:] = torch.bincount(row, minlength=num_nodes).cumsum(0)
+    # Intra-community adjacency: rows are grouped, so a row's list starts after the inside
+    # entries of the rows before it.
+    inside = communities[adj.row] == communities[adj.col]
+    inside_before = torch.zeros(inside.numel() + 1, dtype=torch.long, device=device)
+    torch.cumsum(inside, 0, out=inside_before[1:])
+    ptr = inside_before[adj.ptr]
     degree = ptr.diff()
-    degree_span = int(degree.max()) + 1 if num_nodes > 0 else 1
-    if device.type != "cpu":
-        col = col[_lexsort((row, degree[col], col), (num_nodes, degree_span, num_nodes))]
+    size = torch.zeros(num_nodes, dtype=torch.long, device=device)
+    size.index_add_(0, communities, communities.new_ones(()).expand(num_nodes))
+    # The one host sync of this function (beside _level_synchronous's).
+    num_communities, max_size, max_degree, num_inside = torch.stack(
+        [communities.max() + 1, size.max(), degree.max(), inside_before[-1]]).tolist()
+    degree_span = max_degree + 1
+    community_ptr = torch.zeros(num_communities + 1, dtype=torch.long, device=device)
+    torch.cumsum(size[:num_communities], 0, out=community_ptr[1:])  # each community's first position
     nodes = torch.arange(num_nodes, device=device)
     roots = _lexsort((communities, degree, nodes), (num_communities, degree_span, num_nodes))
+    if device.type in PRESORTED_NEIGHBOURS:
+        # Every node's neighbours sorted by (degree, id), the order in which the BFS appends
+        # them: by the rank inside the community that roots gives, one sort of (node, rank)
+        # keys that puts the entries across communities last.
+        rank = torch.empty_like(roots)
+        rank[roots] = nodes
+        rank -= community_ptr[communities]
+        span = num_nodes * max_size  # above every key of an inside entry
+        dtype = torch.int32 if span < INT32_KEY_LIMIT else torch.long
+        key = torch.where(inside, adj.row.to(dtype) * max_size + rank.to(dtype)[adj.col], span)
+        entries = torch.sort(key).indices[:num_inside]  # equal keys are equal entries: any order will do
+    else:
+        entries = inside.nonzero().squeeze(1)  # the op sorts each node's new neighbours itself
+    col = adj.col[entries].long()
     if max_sequential is None:
         max_sequential = MAX_SEQUENTIAL.get(device.type, num_nodes)
     position = torch.ops.pyg_fast.cuthill_mckee(ptr, col, roots, community_ptr, max_sequential)
-    if max_sequential < num_nodes and bool((size > max_sequential).any()):
+    if max_size > max_sequential:
         _level_synchronous(position, ptr, col, degree, degree_span, communities, community_ptr)
     # Reverse within each community, then perm[new] = old.
-    community_first = community_ptr[:-1][communities]
-    community_last = community_ptr[1:][communities] - 1
+    reflect = community_ptr[:-1] + community_ptr[1:] - 1  # first + last position of each community
     perm = torch.empty_like(position)
-    perm[community_first + community_last - position] = nodes
+    perm[reflect[communities] - position] = nodes
     return perm
 
 
@@ -168,6 +182,9 @@ def community_rcm_order(edge_index: Tensor, num_nodes: int, communities: Tensor,
 # community_rcm_order). CUDA: a warp walks about one parent or 32 neighbours per microsecond,
 # while a level-synchronous BFS level costs about 0.9 ms on the H100 (sbm_1000, session 7).
 MAX_SEQUENTIAL = {"cuda": 4096}
+# Devices whose op reads neighbour lists pre-sorted by (degree, id) (the CPU op sorts each node's
+# new neighbours itself, cheaper there than a global sort).
+PRESORTED_NEIGHBOURS = ("cuda",)
 
 
 @torch.library.register_fake("pyg_fast::cuthill_mckee")
@@ -319,7 +336,9 @@ class Reorder(BaseTransform):
             raise ValueError("pyg_fast: Reorder needs 'edge_index' (it has no sparse adjacency support)")
         num_nodes = data.num_nodes
         edge_index = data.edge_index
-        lowest, highest = torch.stack(torch.aminmax(edge_index)).tolist() if edge_index.numel() > 0 else (0, -1)
+        # One host sync for the check and the adjacency's self-loop count.
+        lowest, highest, num_loops = torch.stack([*torch.aminmax(edge_index), (edge_index[0] == edge_index[1]).sum()]
+                                                 ).tolist() if edge_index.numel() > 0 else (0, -1, 0)
         if lowest < 0 or highest >= num_nodes:
             raise IndexError(f"pyg_fast: Reorder: 'edge_index' holds ids outside [0, {num_nodes})")
         adjacency = communities = None
@@ -328,7 +347,7 @@ class Reorder(BaseTransform):
             if not self.decision.reorder:
                 return _unchanged(data)
         if communities is None:
-            adjacency = undirected_adjacency(edge_index, num_nodes)
+            adjacency = undirected_adjacency(edge_index, num_nodes, num_loops)
             communities = label_propagation(edge_index, num_nodes, self.max_iters, self.seed, adjacency)
         perm = community_rcm_order(edge_index, num_nodes, communities, adjacency)
         return permute(data, perm)

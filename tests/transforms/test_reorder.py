@@ -1,6 +1,8 @@
 import dataclasses
+import re
 
 import numpy as np
+
 import pytest
 import scipy.sparse
 import torch
@@ -282,49 +284,63 @@ def test_edgeless_and_self_loop_only_graphs():
         assert torch.equal(data.node_perm, torch.arange(4))  # every node its own community
 
 
-def reference_round(labels, ptr, col, nodes, offset, priority):
-    """One label propagation round as the vectorised torch code that label_propagation_round
-    replaced: (new labels, how many of ``nodes`` changed label)."""
-    start, degree = ptr[nodes], ptr[nodes + 1] - ptr[nodes]
-    slot = torch.arange(16, device=nodes.device)
-    deg = degree.unsqueeze(1)
-    spread = torch.where(deg > 16, slot * deg // 16, slot)
-    valid = slot < deg
-    rotated = (spread + offset.unsqueeze(1)) % degree.clamp(min=1).unsqueeze(1)
-    entry = torch.where(valid, start.unsqueeze(1) + rotated, 0)
-    current = labels[nodes]
-    candidates = torch.cat([current.unsqueeze(1), labels[col[entry]]], 1)
-    count = (candidates.unsqueeze(2) == candidates.unsqueeze(1)).sum(2, dtype=torch.uint8)
-    score = priority[candidates] + count
-    score[:, 1:].masked_fill_(~valid, -1.0)
-    winner = candidates.gather(1, score.argmax(1, keepdim=True)).squeeze(1)
-    out = labels.clone()
-    out[nodes] = winner
-    return out, int((winner != current).sum())
+MASK64 = 2 ** 64 - 1
+GOLDEN = 0x9E3779B97F4A7C15
+
+
+def mix(z):
+    """splitmix64's output function on Python ints."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def draw_key(seed, round_, stream):
+    """The op's key of (seed, round, stream); streams: 0 halves, 1 offsets, 2 label priorities."""
+    return mix((mix(seed & MASK64) + (round_ * 4 + stream + 1) * GOLDEN) & MASK64)
+
+
+def draw(key, i):
+    return mix((key + (i + 1) * GOLDEN) & MASK64)
+
+
+def test_draws_are_splitmix64():
+    assert draw(0, 0) == 0xE220A8397B1DCDAF  # splitmix64's first output from state 0
+
+
+def reference_round(labels, ptr, col, seed, round_):
+    """One label propagation round, a node at a time on Python lists, as the op's header
+    describes it: (new labels, how many nodes changed label)."""
+    labels, ptr, col = labels.tolist(), ptr.tolist(), col.tolist()
+    halves, offsets, priorities = draw_key(seed, 0, 0), draw_key(seed, round_, 1), draw_key(seed, round_, 2)
+    filler = labels[col[0]] if col else None
+    out, moved = list(labels), 0
+    for v, label in enumerate(labels):
+        if draw(halves, v) >> 63 != round_ % 2:
+            continue
+        lo, degree = ptr[v], ptr[v + 1] - ptr[v]
+        rotation = draw(offsets, v) % max(degree, 1)
+        real = [label] + [labels[col[lo + ((s * degree // 16 if degree > 16 else s) + rotation) % degree]]
+                          for s in range(min(degree, 16))]
+        votes = real + [filler] * (17 - len(real))  # slots that are not real vote for col[0]'s label
+        out[v] = max(real, key=lambda c: (votes.count(c), draw(priorities, c) >> 32))  # the first on ties
+        moved += out[v] != label
+    return out, moved
 
 
 def reference_label_propagation(edge_index, num_nodes, max_iters=20, seed=0):
-    """label_propagation as it was before the fused op: the same draws, reference_round."""
-    adj = undirected_adjacency(edge_index, num_nodes)
-    device = edge_index.device
-    labels = torch.arange(num_nodes, dtype=adj.col.dtype, device=device)
-    if adj.col.numel() > 0 and max_iters > 0:
-        generator = torch.Generator(device=device).manual_seed(seed)
-        first_half = torch.rand(num_nodes, generator=generator, device=device) < 0.5
-        halves = [first_half.nonzero().squeeze(1), (~first_half).nonzero().squeeze(1)]
-        changed = 0
+    """label_propagation's loop over reference_round, compacted with torch.unique."""
+    adj = undirected_adjacency(edge_index.cpu(), num_nodes)
+    labels, changed = torch.arange(num_nodes), 0
+    if adj.col.numel() > 0:
         for round_ in range(max_iters):
-            nodes = halves[round_ % 2]
-            degree = adj.ptr[nodes + 1] - adj.ptr[nodes]
-            offset = (torch.rand(nodes.numel(), generator=generator, device=device) * degree).long()
-            priority = torch.rand(num_nodes, generator=generator, device=device)
-            labels, moved = reference_round(labels, adj.ptr, adj.col, nodes, offset, priority)
-            changed += moved
+            labels, moved = reference_round(labels, adj.ptr, adj.col, seed, round_)
+            labels, changed = torch.tensor(labels), changed + moved
             if round_ % 2 == 1:
                 if changed <= num_nodes // 1000:
                     break
                 changed = 0
-    return torch.unique(labels.long(), return_inverse=True)[1]
+    return torch.unique(labels, return_inverse=True)[1]
 
 
 def hub_graph(gen, num_nodes):
@@ -338,73 +354,82 @@ def hub_graph(gen, num_nodes):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_undirected_adjacency(device):
+    """Both directions of every edge but self-loops, grouped by node in input order, with the
+    self-loop count given or counted."""
+    gen = torch.Generator().manual_seed(0)
+    edge_index = hub_graph(gen, 50)
+    lists = [[] for _ in range(50)]
+    for u, v in edge_index.t().tolist():
+        if u != v:
+            lists[v].append(u)
+    for u, v in edge_index.t().tolist():
+        if u != v:
+            lists[u].append(v)
+    num_loops = int((edge_index[0] == edge_index[1]).sum())
+    assert num_loops > 0
+    for given in (None, num_loops):
+        adj = undirected_adjacency(edge_index.to(device), 50, given)
+        assert adj.ptr.tolist() == [0] + torch.tensor([len(n) for n in lists]).cumsum(0).tolist()
+        assert adj.col.tolist() == sum(lists, []) and adj.col.dtype == adj.row.dtype == torch.int32
+        assert adj.row.tolist() == [v for v, n in enumerate(lists) for _ in n]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
 @pytest.mark.parametrize("seed", range(6))
-def test_round_is_the_vectorised_round(device, dtype, seed):
-    """label_propagation_round against reference_round, bit for bit: both halves, few distinct
-    labels (many equal candidates, which also meet col[0]'s label in the slots that are not
-    real), priorities with exact ties and ties made by float32 rounding (p + 1 == 0 + 2 for
-    p = 1 - 2**-24), sampling offsets as drawn and arbitrary ones."""
+def test_round_is_the_reference_round(device, dtype, seed):
+    """label_propagation_round against reference_round, label for label: both halves, few
+    distinct labels (many equal candidates, which also meet col[0]'s label in the slots that are
+    not real), negative and large seeds, late rounds."""
     gen = torch.Generator().manual_seed(seed)
     num_nodes = int(torch.randint(20, 300, (1,), generator=gen))
     adj = undirected_adjacency(hub_graph(gen, num_nodes), num_nodes)
     ptr, col = adj.ptr.to(device), adj.col.to(device=device, dtype=dtype)
     assert int(adj.ptr.diff().max()) > 16 and int(adj.ptr.diff().min()) == 0
-    half = torch.rand(num_nodes, generator=gen) < 0.5
-    levels = torch.tensor([0.0, 0.25, 0.5, 1 - 2 ** -24])
     for labels_span in (3, 10, num_nodes):
         labels = torch.randint(0, labels_span, (num_nodes,), generator=gen).to(device=device, dtype=dtype)
-        for priority in (torch.rand(num_nodes, generator=gen), levels[torch.randint(0, 4, (num_nodes,), generator=gen)]):
-            priority = priority.to(device)
-            for nodes in (half.nonzero().squeeze(1), (~half).nonzero().squeeze(1)):
-                degree = (adj.ptr[nodes + 1] - adj.ptr[nodes])
-                for offset in ((torch.rand(nodes.numel(), generator=gen) * degree).long(),
-                               torch.randint(0, 10 ** 6, (nodes.numel(),), generator=gen)):
-                    nodes_d, offset_d = nodes.to(device), offset.to(device)
-                    want, moved = reference_round(labels, ptr, col, nodes_d, offset_d, priority)
-                    changed = torch.full((), 5, dtype=torch.long, device=device)
-                    got = torch.ops.pyg_fast.label_propagation_round(labels, ptr, col, nodes_d, offset_d, priority,
-                                                                      changed)
-                    assert got.dtype == dtype and torch.equal(got, want)
-                    assert int(changed) == 5 + moved
+        for lp_seed, round_ in ((seed, 0), (seed, 1), (-7 - seed, 12), (2 ** 62 + seed, 2 ** 40 + 1)):
+            want, moved = reference_round(labels, adj.ptr, adj.col, lp_seed, round_)
+            changed = torch.full((), 5, dtype=torch.long, device=device)
+            got = torch.ops.pyg_fast.label_propagation_round(labels, ptr, col, lp_seed, round_, changed)
+            assert got.dtype == dtype and got.tolist() == want
+            assert int(changed) == 5 + moved
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("seed", range(4))
-def test_label_propagation_is_the_vectorised_version(device, seed):
-    """The whole loop against the one of reference rounds, on a block graph and a hub graph."""
+def test_label_propagation_is_the_reference(device, seed):
+    """The whole loop against the one of reference rounds, on a block graph and a hub graph:
+    the same labels on every device."""
     gen = torch.Generator().manual_seed(seed)
     edge_index, _ = block_graph(num_nodes=800, num_blocks=8, num_edges=8000, seed=seed)
     for graph, num_nodes in ((edge_index, 800), (hub_graph(gen, 500), 500)):
         graph = graph.to(device)
-        want = reference_label_propagation(graph, num_nodes, seed=seed)
-        assert torch.equal(label_propagation(graph, num_nodes, seed=seed), want)
-        assert torch.equal(label_propagation(graph, num_nodes, max_iters=3, seed=seed),
-                           reference_label_propagation(graph, num_nodes, max_iters=3, seed=seed))
+        for max_iters in (20, 3):
+            got = label_propagation(graph, num_nodes, max_iters=max_iters, seed=seed)
+            assert got.tolist() == reference_label_propagation(graph, num_nodes, max_iters, seed).tolist()
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_round_without_neighbours_or_nodes(device):
-    """No edges at all: every node keeps its label. No updating nodes: a copy, nothing changed."""
+def test_round_without_neighbours(device):
+    """No edges at all: every node keeps its label, in a new tensor."""
     labels = torch.tensor([4, 0, 2, 2, 1], dtype=torch.int32, device=device)
     ptr = torch.zeros(6, dtype=torch.long, device=device)
     col = torch.empty(0, dtype=torch.int32, device=device)
-    nodes = torch.arange(5, device=device)
     changed = torch.zeros((), dtype=torch.long, device=device)
-    priority = torch.rand(5, device=device)
-    got = torch.ops.pyg_fast.label_propagation_round(labels, ptr, col, nodes, nodes * 7, priority, changed)
-    assert torch.equal(got, labels) and got.data_ptr() != labels.data_ptr() and int(changed) == 0
-    got = torch.ops.pyg_fast.label_propagation_round(labels, ptr, col, nodes[:0], nodes[:0], priority, changed)
-    assert torch.equal(got, labels) and int(changed) == 0
+    for round_ in range(2):
+        got = torch.ops.pyg_fast.label_propagation_round(labels, ptr, col, 3, round_, changed)
+        assert torch.equal(got, labels) and got.data_ptr() != labels.data_ptr() and int(changed) == 0
+    empty = labels[:0]
+    assert torch.ops.pyg_fast.label_propagation_round(empty, ptr[:1], col, 3, 0, changed).numel() == 0
 
 
 def round_args(device="cpu"):
     """A valid call: a triangle 0-1-2 and node 3 hanging off node 0."""
     adj = undirected_adjacency(torch.tensor([[0, 1, 2, 3], [1, 2, 0, 0]]), 4)
     return dict(labels=torch.arange(4, dtype=torch.int32, device=device), ptr=adj.ptr.to(device),
-                col=adj.col.to(device), nodes=torch.tensor([0, 2], device=device),
-                offset=torch.tensor([1, 0], device=device), priority=torch.rand(4, device=device),
-                changed=torch.zeros((), dtype=torch.long, device=device))
+                col=adj.col.to(device), seed=0, round=0, changed=torch.zeros((), dtype=torch.long, device=device))
 
 
 def call_round(**changes):
@@ -419,56 +444,55 @@ def call_round(**changes):
     (dict(ptr=torch.tensor([0, 3, 5, 7])), ValueError, "'ptr' must have V \\+ 1 = 5"),
     (dict(ptr=torch.tensor([0, 3, 5, 7, 8], dtype=torch.int32)), TypeError, "'ptr' must be int64"),
     (dict(col=torch.zeros(8, dtype=torch.long)), TypeError, "'col' must have the dtype of 'labels'"),
-    (dict(nodes=torch.tensor([0, 2], dtype=torch.int32)), TypeError, "'nodes' must be int64"),
-    (dict(offset=torch.tensor([1])), ValueError, "'offset' must have one entry per node"),
-    (dict(priority=torch.rand(4, dtype=torch.float64)), TypeError, "'priority' must be float32"),
     (dict(changed=torch.zeros((), dtype=torch.int32)), TypeError, "'changed' must be int64"),
     (dict(changed=torch.zeros(2, dtype=torch.long)), ValueError, "'changed' must hold one value"),
     # Indices out of range: the CPU kernel raises (the CUDA kernel skips them).
-    (dict(nodes=torch.tensor([0, 4])), IndexError, "'nodes' holds ids outside \\[0, 4\\)"),
-    (dict(nodes=torch.tensor([-1, 2])), IndexError, "'nodes' holds ids"),
     (dict(col=torch.tensor([2, 3, 1, 0, 2, 9, 0, 0], dtype=torch.int32)), IndexError, "'col' holds ids"),
+    (dict(col=torch.tensor([-2, 3, 1, 0, 2, 1, 0, 0], dtype=torch.int32)), IndexError, "'col' holds ids"),
     (dict(ptr=torch.tensor([0, 3, 5, 4, 8])), ValueError, "'ptr' must be non-decreasing"),
     (dict(ptr=torch.tensor([0, 3, 5, 9, 9])), ValueError, "'ptr' must be non-decreasing"),
-    (dict(priority=torch.rand(3)), IndexError, "'labels' holds labels outside \\[0, 3\\)"),
 ])
 def test_round_bad_inputs_raise(changes, error, match):
-    with pytest.raises(error, match=match):
-        call_round(**changes)
+    # A round reads the entries of its half's nodes only: the round whose half holds the node
+    # with the bad entries raises (argument checks raise in both).
+    raised = 0
+    for round_ in range(2):
+        try:
+            call_round(**changes, round=round_)
+        except error as e:
+            assert re.search(match, str(e)), str(e)
+            raised += 1
+    assert raised >= 1
     assert torch.equal(call_round(), call_round())  # the valid call works
 
 
 @pytest.mark.skipif("cuda" not in DEVICES, reason="needs CUDA")
 def test_round_cuda_skips_bad_indices_and_checks_devices():
     args = round_args("cuda")
-    want, moved = reference_round(*list(args.values())[:6])
-    args["nodes"] = torch.tensor([0, -1, 2, 4, 1 << 40], device="cuda")
-    args["offset"] = torch.tensor([1, 0, 0, 0, 0], device="cuda")
-    got = torch.ops.pyg_fast.label_propagation_round(*args.values())
-    assert torch.equal(got, want) and int(args["changed"]) == moved
-    # Sampled entries outside [0, V), a row past the end of col, labels without a priority.
+    # Sampled entries outside [0, V), a row past the end of col.
     for bad in (dict(col=torch.tensor([1, 2, -3, 0, 9, 2, 1 << 30, 0], dtype=torch.int32, device="cuda")),
-                dict(ptr=torch.tensor([0, 3, 5, 100, 100], device="cuda")), dict(priority=torch.rand(1, device="cuda"))):
-        torch.ops.pyg_fast.label_propagation_round(*{**args, **bad}.values())
+                dict(ptr=torch.tensor([0, 3, 5, 100, 100], device="cuda"))):
+        for round_ in range(2):
+            got = torch.ops.pyg_fast.label_propagation_round(*{**args, **bad, "round": round_}.values())
+            assert ((got >= 0) & (got < 4)).all()
     torch.cuda.synchronize()
-    for name in ("ptr", "col", "nodes", "offset", "priority", "changed"):
+    for name in ("ptr", "col", "changed"):
         with pytest.raises(ValueError, match=f"'{name}' is on cpu"):
             torch.ops.pyg_fast.label_propagation_round(*{**args, name: args[name].cpu()}.values())
 
 
 def test_round_compiles_fullgraph():
     args = round_args()
-    args["labels"] = torch.tensor([3, 1, 1, 0], dtype=torch.int32)  # node 0 changes to 1
+    args["labels"] = torch.tensor([3, 1, 1, 0], dtype=torch.int32)
     want = torch.ops.pyg_fast.label_propagation_round(*args.values())
-    assert want.tolist() == [1, 1, 1, 0] and int(args["changed"]) == 1
+    assert want.tolist() == reference_round(args["labels"], args["ptr"], args["col"], 0, 0)[0]
 
     def fn(labels, changed):
-        return torch.ops.pyg_fast.label_propagation_round(labels, args["ptr"], args["col"], args["nodes"],
-                                                          args["offset"], args["priority"], changed)
+        return torch.ops.pyg_fast.label_propagation_round(labels, args["ptr"], args["col"], 0, 0, changed)
 
     changed = torch.zeros((), dtype=torch.long)
     got = torch.compile(fn, fullgraph=True, backend="aot_eager")(args["labels"], changed)
-    assert torch.equal(got, want) and int(changed) == 1
+    assert torch.equal(got, want) and int(changed) == int(args["changed"])
 
 
 # A model whose numbers are easy to check by hand: one cache level.

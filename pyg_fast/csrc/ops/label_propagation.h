@@ -6,11 +6,9 @@
 namespace pyg_fast {
 
 // labels [V] int32/int64; ptr [V + 1] int64 and col [E] (the dtype of labels): the adjacency in
-// CSR form; nodes [n] and offset [n] int64; priority [P] float32; changed: one int64.
+// CSR form; changed: one int64.
 inline void check_label_propagation_round_args(const at::Tensor& labels, const at::Tensor& ptr,
-                                               const at::Tensor& col, const at::Tensor& nodes,
-                                               const at::Tensor& offset, const at::Tensor& priority,
-                                               const at::Tensor& changed) {
+                                               const at::Tensor& col, const at::Tensor& changed) {
   PF_CHECK_VALUE(labels.dim() == 1, "pyg_fast: label_propagation_round expects 1-D 'labels', got shape ",
                  labels.sizes());
   PF_CHECK_TYPE(labels.scalar_type() == at::kInt || labels.scalar_type() == at::kLong,
@@ -23,22 +21,11 @@ inline void check_label_propagation_round_args(const at::Tensor& labels, const a
   PF_CHECK_TYPE(col.scalar_type() == labels.scalar_type(), "pyg_fast: 'col' must have the dtype of 'labels' (",
                 labels.scalar_type(), "), got ", col.scalar_type());
   PF_CHECK_VALUE(col.is_contiguous(), "pyg_fast: 'col' must be contiguous");
-  check_index(nodes, "nodes");
-  check_index(offset, "offset");
-  PF_CHECK_VALUE(offset.numel() == nodes.numel(), "pyg_fast: 'offset' must have one entry per node of 'nodes' (",
-                 nodes.numel(), "), got ", offset.numel());
-  PF_CHECK_VALUE(priority.dim() == 1, "pyg_fast: 'priority' must be 1-D, got shape ", priority.sizes());
-  PF_CHECK_TYPE(priority.scalar_type() == at::kFloat, "pyg_fast: 'priority' must be float32, got ",
-                priority.scalar_type());
-  PF_CHECK_VALUE(priority.is_contiguous(), "pyg_fast: 'priority' must be contiguous");
   PF_CHECK_TYPE(changed.scalar_type() == at::kLong, "pyg_fast: 'changed' must be int64, got ",
                 changed.scalar_type());
   PF_CHECK_VALUE(changed.numel() == 1, "pyg_fast: 'changed' must hold one value, got shape ", changed.sizes());
   check_same_device(ptr, labels, "ptr", "labels");
   check_same_device(col, labels, "col", "labels");
-  check_same_device(nodes, labels, "nodes", "labels");
-  check_same_device(offset, labels, "offset", "labels");
-  check_same_device(priority, labels, "priority", "labels");
   check_same_device(changed, labels, "changed", "labels");
 }
 

@@ -1,20 +1,25 @@
-// One round of label propagation for a set of updating nodes (pyg_fast/transforms/reorder.py).
-// Torch-free. The per-node rule (label_propagation_winner) is host + device code: the CPU kernel
-// (../../cpu/label_propagation.cpp) includes this header too, so both devices run the same
-// arithmetic; the CUDA kernel below (one thread per updating node, the 17 candidates in
-// registers) is compiled by nvcc only and launched by ../label_propagation.cu.
+// One round of label propagation (pyg_fast/transforms/reorder.py). Torch-free. The per-node rule
+// (label_propagation_next) is host + device code: the CPU kernel (../../cpu/label_propagation.cpp)
+// includes this header too, so both devices run the same arithmetic and draw the same random
+// numbers; the CUDA kernel below (one thread per node, the 17 candidates in registers) is
+// compiled by nvcc only and launched by ../label_propagation.cu.
 //
-// The rule reproduces the vectorised torch round it replaced bit for bit, given the same random
-// draws (`offset` per updating node, `priority` per label):
-//  * candidates: the node's own label, then 16 sampled slots s = 0..15. A node of degree deg
-//    samples entry ptr[node] + (spread_s + offset) mod max(deg, 1) of its list, with
-//    spread_s = s * deg / 16 when deg > 16, else s; slots s >= deg are not real.
-//  * a slot that is not real carries the label of col[0] (the torch code read entry 0 there):
-//    it never wins, but it does count for every candidate of that label.
-//  * count[c] = how many of the 17 candidates equal candidate c; score = priority[label] +
-//    count (float32); the winner is the real candidate of highest score, the first one on ties
-//    (torch.argmax). The node's own label always takes part, so a node without neighbours keeps
-//    its label.
+// Random draws are counter-based (splitmix64's output function over a key per (seed, round,
+// stream) plus the node or label id): no generator state and no tensors of draws, so a round is
+// one launch and both devices give the same labels for a seed. Round r of seed s:
+//  * node v updates iff bit 63 of draw(key(s, 0, kHalf), v) equals r % 2 (two random halves that
+//    update in turn), else it keeps its label;
+//  * candidates: v's own label, then 16 sampled slots k = 0..15. A node of degree deg samples
+//    entry ptr[v] + (spread_k + rotation) mod max(deg, 1) of its list, with spread_k = k * deg / 16
+//    when deg > 16, else k, and rotation = draw(key(s, r, kOffset), v) mod max(deg, 1); slots
+//    k >= deg are not real.
+//  * a slot that is not real carries the label of col[0] (a quirk of the first, vectorised
+//    version that the selector's constants were fitted with): it never wins, but it does count
+//    for every candidate of that label.
+//  * count[c] = how many of the 17 candidates equal candidate c; the winner is the real
+//    candidate of highest (count, priority of its label), the first one on ties, where a label's
+//    priority is the top 32 bits of draw(key(s, r, kPriority), label): one random label order per
+//    round. The node's own label always takes part, so a node without neighbours keeps its label.
 #pragma once
 
 #include <cstdint>
@@ -34,12 +39,45 @@ constexpr int kLabelPropagationSamples = 16;
 constexpr int kLabelPropagationCandidates = kLabelPropagationSamples + 1;
 constexpr int kLabelPropagationThreadsPerBlock = 256;
 
-// Bits of what label_propagation_winner found out of range (the CPU kernel raises, the CUDA
+// Bits of what label_propagation_next found out of range (the CPU kernel raises, the CUDA
 // kernel goes on with what is in range).
 enum LabelPropagationError : int {
   kLabelPropagationBadPtr = 1,        // ptr[node] < 0, ptr[node + 1] < ptr[node] or > E
   kLabelPropagationBadNeighbour = 2,  // a sampled col entry outside [0, V): the slot is not real
-  kLabelPropagationBadLabel = 4,      // a label outside [0, P): the candidate cannot win
+};
+
+// Independent streams of draws within a round.
+enum LabelPropagationStream : uint64_t { kLabelPropagationHalf = 0, kLabelPropagationOffset = 1,
+                                         kLabelPropagationPriority = 2 };
+
+constexpr uint64_t kLabelPropagationGolden = 0x9e3779b97f4a7c15ull;  // splitmix64's increment
+
+PF_HOST_DEVICE uint64_t label_propagation_mix(uint64_t z) {  // splitmix64's output function
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+PF_HOST_DEVICE uint64_t label_propagation_key(int64_t seed, int64_t round, uint64_t stream) {
+  const uint64_t counter = static_cast<uint64_t>(round) * 4u + stream + 1u;
+  return label_propagation_mix(label_propagation_mix(static_cast<uint64_t>(seed)) +
+                               counter * kLabelPropagationGolden);
+}
+
+PF_HOST_DEVICE uint64_t label_propagation_draw(uint64_t key, int64_t id) {
+  return label_propagation_mix(key + (static_cast<uint64_t>(id) + 1u) * kLabelPropagationGolden);
+}
+
+// The keys of one round, computed once per thread.
+struct LabelPropagationDraws {
+  uint64_t half, offset, priority;
+  uint64_t parity;  // nodes whose half bit equals it update
+
+  PF_HOST_DEVICE LabelPropagationDraws(int64_t seed, int64_t round)
+      : half(label_propagation_key(seed, 0, kLabelPropagationHalf)),
+        offset(label_propagation_key(seed, round, kLabelPropagationOffset)),
+        priority(label_propagation_key(seed, round, kLabelPropagationPriority)),
+        parity(static_cast<uint64_t>(round) & 1u) {}
 };
 
 // The label the slots that are not real carry: labels[col[0]]. Without a readable col[0] any
@@ -51,23 +89,22 @@ PF_HOST_DEVICE index_t label_propagation_filler(const index_t* labels, const ind
   return index_t(-1);
 }
 
-// The label node `node` (in [0, V)) adopts, read from the labels before the round; ORs what it
-// found out of range into `error`.
+// The label node `node` (in [0, V)) holds after the round, read from the labels before it; ORs
+// what it found out of range into `error`.
 template <typename index_t>
-PF_HOST_DEVICE index_t label_propagation_winner(const index_t* __restrict__ labels, const int64_t* __restrict__ ptr,
-                                                const index_t* __restrict__ col, const float* __restrict__ priority,
-                                                int64_t V, int64_t E, int64_t P, int64_t node, int64_t offset,
-                                                index_t filler, int& error) {
+PF_HOST_DEVICE index_t label_propagation_next(const index_t* __restrict__ labels, const int64_t* __restrict__ ptr,
+                                              const index_t* __restrict__ col, int64_t V, int64_t E, int64_t node,
+                                              index_t filler, const LabelPropagationDraws& draws, int& error) {
   const index_t current = labels[node];
+  if ((label_propagation_draw(draws.half, node) >> 63) != draws.parity) return current;
   const int64_t lo = ptr[node], hi = ptr[node + 1];
   if (lo < 0 || hi < lo || hi > E) {
     error |= kLabelPropagationBadPtr;
     return current;
   }
   const int64_t degree = hi - lo;
-  const int64_t span = degree > 0 ? degree : 1;
-  int64_t rotation = offset % span;  // floor modulo, as torch's %
-  if (rotation < 0) rotation += span;
+  const uint64_t span = degree > 0 ? static_cast<uint64_t>(degree) : 1u;
+  const int64_t rotation = static_cast<int64_t>(label_propagation_draw(draws.offset, node) % span);
 
   index_t candidate[kLabelPropagationCandidates];
   bool real[kLabelPropagationCandidates];
@@ -80,7 +117,7 @@ PF_LP_UNROLL
     if (s < degree) {
       const int64_t spread = degree > kLabelPropagationSamples ? s * degree / kLabelPropagationSamples : s;
       int64_t slot = spread + rotation;  // both < span
-      if (slot >= span) slot -= span;
+      if (slot >= degree) slot -= degree;
       const index_t neighbour = col[lo + slot];
       if (neighbour >= 0 && neighbour < V) {
         candidate[s + 1] = labels[neighbour];
@@ -91,21 +128,17 @@ PF_LP_UNROLL
     }
   }
 
-  // Slots that are not real score -1 in the torch code and real ones at least 1: they never win.
-  float best = -1.0f;
+  // Score (count, priority) in one integer: count in the high bits, so it decides first.
+  uint64_t best = 0;
   index_t winner = current;
 PF_LP_UNROLL
   for (int c = 0; c < kLabelPropagationCandidates; ++c) {
     if (!real[c]) continue;
     const index_t label = candidate[c];
-    if (label < 0 || label >= P) {
-      error |= kLabelPropagationBadLabel;
-      continue;
-    }
-    int count = 0;  // candidates of this label, itself included
+    uint64_t count = 0;  // candidates of this label, itself included (>= 1: every score beats 0)
 PF_LP_UNROLL
     for (int d = 0; d < kLabelPropagationCandidates; ++d) count += candidate[d] == label;
-    const float score = priority[label] + static_cast<float>(count);
+    const uint64_t score = (count << 32) | (label_propagation_draw(draws.priority, label) >> 32);
     if (score > best) {  // strictly: the first of equal scores wins
       best = score;
       winner = label;
@@ -115,28 +148,23 @@ PF_LP_UNROLL
 }
 
 #if defined(__CUDACC__)
-// One thread per updating node i: out[nodes[i]] = its winner (out is a copy of labels, so no
-// thread reads a label written in this launch); adds the number of nodes whose label changed to
-// *changed, one atomic per block. Out-of-range nodes are skipped.
+// One thread per node v: out[v] = its label after the round (labels is not written, so every
+// thread reads the labels before the round); adds the number of nodes whose label changed to
+// *changed, one atomic per block.
 template <typename index_t>
 __global__ void __launch_bounds__(kLabelPropagationThreadsPerBlock)
     label_propagation_round_kernel(const index_t* __restrict__ labels, index_t* __restrict__ out,
-                                   const int64_t* __restrict__ ptr, const index_t* __restrict__ col,
-                                   const int64_t* __restrict__ nodes, const int64_t* __restrict__ offset,
-                                   const float* __restrict__ priority, int64_t num_updating, int64_t V, int64_t E,
-                                   int64_t P, unsigned long long* __restrict__ changed) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+                                   const int64_t* __restrict__ ptr, const index_t* __restrict__ col, int64_t V,
+                                   int64_t E, int64_t seed, int64_t round, unsigned long long* __restrict__ changed) {
+  const int64_t node = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int moved = 0;
-  if (i < num_updating) {
-    const int64_t node = nodes[i];
-    if (node >= 0 && node < V) {
-      int error = 0;
-      const index_t filler = label_propagation_filler(labels, col, V, E);
-      const index_t winner =
-          label_propagation_winner(labels, ptr, col, priority, V, E, P, node, offset[i], filler, error);
-      out[node] = winner;
-      moved = winner != labels[node];
-    }
+  if (node < V) {
+    int error = 0;
+    const LabelPropagationDraws draws(seed, round);
+    const index_t next =
+        label_propagation_next(labels, ptr, col, V, E, node, label_propagation_filler(labels, col, V, E), draws, error);
+    out[node] = next;
+    moved = next != labels[node];
   }
   const int block_moved = __syncthreads_count(moved);
   if (threadIdx.x == 0 && block_moved > 0) atomicAdd(changed, static_cast<unsigned long long>(block_moved));
