@@ -334,12 +334,14 @@ __device__ __forceinline__ int64_t warp_segment_of(const int64_t* __restrict__ p
 }
 
 // Number of the 32 non-decreasing values `bound` (one per lane) that are <= e, for this lane's e.
+// Every shuffle is executed by all lanes (a shuffle behind a lane-dependent condition is undefined).
 __device__ __forceinline__ int warp_count_at_most(int64_t bound, int64_t e) {
   int count = 0;
 #pragma unroll
   for (int step = 16; step > 0; step /= 2)
     if (__shfl_sync(kFullMask, bound, count + step - 1) <= e) count += step;
-  return count == 31 && __shfl_sync(kFullMask, bound, 31) <= e ? 32 : count;
+  const int64_t last = __shfl_sync(kFullMask, bound, kWarpSize - 1);
+  return count == 31 && last <= e ? 32 : count;
 }
 
 template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
