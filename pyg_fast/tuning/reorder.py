@@ -56,17 +56,21 @@ class ReorderModel:
     reordered_locality: float  # hit rate Reorder reaches at every level on a graph with communities
 
 
-# CUDA: measured on an H100 (suite "reorder", session 6, with the label-propagation op and one sort
-# per Cuthill-McKee level): Reorder took 14.6 ms (arxiv_like: 1.2 M edges), 13.3 ms (sbm_1000: 4 M
-# edges, 200k nodes) and 56.7 ms (sbm_large: 32 M edges, 2 M nodes), fitted within 20% by
-# 10 ms + 1.2 ns per edge + 5 ns per node (cora and pubmed, 20 and 34 ms, are ruled by their BFS
-# level count, but x fits in L2 there, so no saving is predicted whatever the cost); an
-# iteration's saving per byte moved from DRAM to L2 was 0.00023-0.0003 ns (F = 64 and 256 on the
-# sbm graphs). CPU: fitted to this repository's development machine (2 cores, 1 MiB L2 per core,
-# 32 MiB L3) on sbm graphs of 20k and 200k nodes (Reorder 0.1 s / 1.55 s; an iteration at F = 16
-# and 64 saved 0.5 to 66 ms).
+# CUDA: fitted to an H100 (suite "reorder", session 9, Reorder with the hash-drawn label propagation
+# op): Reorder took 5.0 ms (sbm_1000: 4 M edges, 200k nodes), 25 ms (reddit2_like: 23 M edges,
+# 233k nodes) and 34 ms (sbm_large: 32 M edges, 2 M nodes), fitted within 15% by 2 ms + 0.9 ns per
+# edge + 0.6 ns per node. Graphs whose label propagation ends in one giant community cost more
+# (arxiv_like 12 ms, cora 4.9 ms: level-synchronous BFS levels), but predict no saving from their
+# communities, so the cost does not decide there. Savings per aggregation pass were 0.17 ms
+# (sbm_1000, F = 64: x is 51 MB against a 50 MB L2), 1.5 ms (sbm_1000, F = 256), 4.0 and 14 ms
+# (sbm_large, F = 64 and 256), predicted at 0.23, 1.6, 3.5 and 14 ms with half of L2 holding
+# gathered rows and 0.00025 ns per byte moved from DRAM to L2; the other graphs saved nothing
+# (-0.13 to 0.03 ms) and are predicted to save nothing once their communities are known. CPU:
+# fitted to this repository's development machine (2 cores, 1 MiB L2 per core, 32 MiB L3) on
+# sbm graphs of 20k and 200k nodes (Reorder 0.1 s / 1.55 s; an iteration at F = 16 and 64 saved
+# 0.5 to 66 ms).
 MODELS = {
-    "cuda": ReorderModel(fixed_ms=10.0, ns_per_edge=1.2, ns_per_node=5.0, cache_share=0.75,
+    "cuda": ReorderModel(fixed_ms=2.0, ns_per_edge=0.9, ns_per_node=0.6, cache_share=0.5,
                          miss_ns_per_byte=(0.00025,), reordered_locality=0.85),
     "cpu": ReorderModel(fixed_ms=5.0, ns_per_edge=210.0, ns_per_node=3500.0, cache_share=0.25,
                         miss_ns_per_byte=(0.0035, 0.05), reordered_locality=0.85),
