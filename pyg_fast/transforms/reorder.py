@@ -341,27 +341,33 @@ class Reorder(BaseTransform):
                                                  ).tolist() if edge_index.numel() > 0 else (0, -1, 0)
         if lowest < 0 or highest >= num_nodes:
             raise IndexError(f"pyg_fast: Reorder: 'edge_index' holds ids outside [0, {num_nodes})")
-        adjacency = communities = None
         if self.when == "auto":
-            self.decision, adjacency, communities = self.plan(data)
+            self.decision, adjacency, communities = self._plan(data, num_loops)
             if not self.decision.reorder:
                 return _unchanged(data)
-        if communities is None:
-            adjacency = undirected_adjacency(edge_index, num_nodes, num_loops)
-            communities = label_propagation(edge_index, num_nodes, self.max_iters, self.seed, adjacency)
+        else:
+            adjacency, communities = self._communities(data, num_loops)
         perm = community_rcm_order(edge_index, num_nodes, communities, adjacency)
         return permute(data, perm)
 
     def plan(self, data: Data):
         """The "auto" decision in its two stages, without reordering: ``(decision, adjacency,
         communities)``, the last two None where the first, cheap stage declined."""
+        return self._plan(data)
+
+    def _plan(self, data: Data, num_loops: Optional[int] = None):
         decision = self.decide(data)
         if not decision.reorder:
             return decision, None, None
         # The prediction assumed communities: find them, then predict from them.
-        adjacency = undirected_adjacency(data.edge_index, data.num_nodes)
-        communities = label_propagation(data.edge_index, data.num_nodes, self.max_iters, self.seed, adjacency)
+        adjacency, communities = self._communities(data, num_loops)
         return self.decide(data, communities), adjacency, communities
+
+    def _communities(self, data: Data, num_loops: Optional[int]):
+        """(undirected adjacency, label propagation's communities); ``num_loops`` as in
+        :func:`undirected_adjacency`."""
+        adjacency = undirected_adjacency(data.edge_index, data.num_nodes, num_loops)
+        return adjacency, label_propagation(data.edge_index, data.num_nodes, self.max_iters, self.seed, adjacency)
 
     def decide(self, data: Data, communities: Optional[Tensor] = None):
         """The "auto" decision for ``data`` (:class:`pyg_fast.tuning.reorder.ReorderDecision`),
