@@ -99,8 +99,13 @@ def measure_copy_bandwidth(device) -> float:
     return 2 * nbytes / (ms * 1e6)
 
 
-def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """||out - ref|| / ||ref|| in float64 (inf for a shape mismatch, NaN or inf in ``out``)."""
+def rel_error(out, ref) -> float:
+    """||out - ref|| / ||ref|| in float64 (inf for a shape mismatch, NaN or inf in ``out``); for
+    tuples of tensors (several gradients), the largest over the pairs."""
+    if isinstance(ref, (tuple, list)):
+        if not isinstance(out, (tuple, list)) or len(out) != len(ref):
+            return math.inf
+        return max(rel_error(a, b) for a, b in zip(out, ref))
     if tuple(out.shape) != tuple(ref.shape):
         return math.inf
     out, ref = out.detach(), ref.detach().to(out.device)

@@ -7,15 +7,15 @@ extra fields tflops and pct_roofline = max(FLOPs / matmul peak, bytes / copy ban
 the measured time, with the device ceilings of pyg_fast.triton.segment_matmul_config.HARDWARE.
 """
 import csv
+import functools
 import glob
 import os
 from typing import Dict, List
 
 import torch
 
-from benchmarks.common import time_ms
+from benchmarks.common import bench_methods, budget_for
 from pyg_fast.ops.segment_matmul import segment_matmul
-from pyg_fast.testing import rel_err
 from pyg_fast.triton.segment_matmul_config import HARDWARE
 
 # The harness's dataset folder (PYG_FAST_DATA, see gpu_check.sh) if it holds the tables, else the
@@ -61,6 +61,10 @@ def methods(ptr_cpu, device):
     }
 
 
+def forward_backward(fn, x, w, grad):
+    return torch.autograd.grad(fn(x, w), (x, w), grad)
+
+
 def run(rec, device, quick):
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = True  # "fp32" cases run on TF32 tensor cores
@@ -94,25 +98,17 @@ def run_cases(rec, device, quick):
                 nbytes = x.element_size() * (M * K + M * N + T * K * N)
                 rate = peak["tflops_16"] if dtype == torch.bfloat16 else peak["tflops_tf32"]
                 xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
-                for name, fn in methods(ptr_cpu, device).items():
-                    def step():
-                        return torch.autograd.grad(fn(xg, wg), (xg, wg), grad)
-                    for suite, work, run_once, want in (("segment_matmul_fwd", 1, lambda: (fn(x, w), ), (ref, )),
-                                                        ("segment_matmul_fwdbwd", 3, step, ref_grads)):
-                        try:
-                            got = run_once()
-                        except (RuntimeError, NotImplementedError) as e:  # e.g. a dtype _grouped_mm lacks
-                            print(f"[segment_matmul] skip {suite} {name} {case}: {str(e).splitlines()[0]}")
-                            continue
-                        for a, b in zip(got, want):
-                            err = rel_err(a, b)
-                            if err > CHECK_TOL[dname]:
-                                raise AssertionError(f"{suite} {name} {case}: relative error {err:.3g}")
-                        record(rec, suite, case, name, time_ms(run_once), work * flops, work * nbytes, rate, peak)
+                fns = methods(ptr_cpu, device)
+                for suite, work, calls, want in (
+                        ("segment_matmul_fwd", 1, {name: functools.partial(fn, x, w) for name, fn in fns.items()}, ref),
+                        ("segment_matmul_fwdbwd", 3, {name: functools.partial(forward_backward, fn, xg, wg, grad)
+                                                      for name, fn in fns.items()}, ref_grads)):
+                    first = len(rec.records)
+                    bench_methods(rec, suite, case, calls, want, device, CHECK_TOL[dname], budget_for(quick))
+                    for r in rec.records[first:]:
+                        if r["ms"] is not None:
+                            seconds = r["ms"] * 1e-3
+                            roofline = max(work * flops / (rate * 1e12), work * nbytes / (peak["gbps"] * 1e9))
+                            r.update(tflops=work * flops / seconds / 1e12, pct_roofline=100.0 * roofline / seconds)
                 del x, w, grad, x64, w64, ref, ref_grads, xg, wg
 
-
-def record(rec, suite, case, method, ms, flops, nbytes, rate, peak):
-    seconds = ms * 1e-3
-    roofline = max(flops / (rate * 1e12), nbytes / (peak["gbps"] * 1e9))
-    rec.add(suite, case, method, ms, tflops=flops / seconds / 1e12, pct_roofline=100.0 * roofline / seconds)

@@ -47,7 +47,11 @@ def segment_matmul(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Te
         raise ValueError(f"pyg_fast: 'ptr' must be on the CPU or on {inputs.device}, got {ptr.device}")
     if inputs.is_cuda and not _layout._compiling(inputs, other):
         plan = _cuda_plan(ptr, inputs.size(0), inputs.device)
-        return _EagerCUDA.apply(inputs.contiguous(), other.contiguous(), bias, deterministic, plan)
+        inputs, other = inputs.contiguous(), other.contiguous()
+        if torch.is_grad_enabled() and (inputs.requires_grad or other.requires_grad
+                                        or (bias is not None and bias.requires_grad)):
+            return _EagerCUDA.apply(inputs, other, bias, deterministic, plan)
+        return _cuda_forward(inputs, plan, other, bias)  # inference: no autograd node to build
     ptr = _layout.ptr_layout(ptr, inputs.size(0), covers_all=True).ptr
     return segment_matmul_op(inputs.contiguous(), ptr, other.contiguous(), bias, deterministic)
 
@@ -153,13 +157,14 @@ class _EagerCUDA(torch.autograd.Function):
         grad = grad.contiguous()
         grad_x = grad_other = grad_bias = None
         need_x, need_other, need_bias = ctx.needs_input_grad[:3]
-        if need_x:  # Triton reads the transposed weights through their strides: no copy
-            grad_x = _cuda_forward(grad, ctx.plan, other.transpose(1, 2))
-        if need_other or need_bias:
+        if need_other or need_bias:  # one pass for all gradients where K and N fit one tile
             K = x.size(1)
-            fused = _cuda_weight_grad(x, ctx.plan, grad, _use_deterministic(ctx.deterministic), need_bias)
+            grad_x, fused = _cuda_backward(x, ctx.plan, grad, other if need_x else None,
+                                           _use_deterministic(ctx.deterministic), need_bias)
             grad_other = fused[:, :K] if need_bias else fused
             grad_bias = fused[:, K] if need_bias else None
+        elif need_x:  # Triton reads the transposed weights through their strides: no copy
+            grad_x = _cuda_forward(grad, ctx.plan, other.transpose(1, 2))
         return grad_x, grad_other, grad_bias, None, None
 
 
@@ -188,11 +193,14 @@ def _cuda_forward(x: Tensor, plan, w: Tensor, bias: Optional[Tensor] = None) -> 
     return _triton_kernels().forward(x, plan, w, bias)
 
 
-def _cuda_weight_grad(x: Tensor, plan, grad: Tensor, deterministic: bool, bias_grad: bool = False) -> Tensor:
-    """[T, K, N], or [T, K + 1, N] with the bias gradient in row K."""
+def _cuda_backward(x: Tensor, plan, grad: Tensor, w: Optional[Tensor], deterministic: bool,
+                   bias_grad: bool = False) -> Tuple[Optional[Tensor], Tensor]:
+    """(the input gradient if ``w`` is given, else None; the weight gradient [T, K, N], or
+    [T, K + 1, N] with the bias gradient in row K)."""
     if x.dtype == torch.float64:
-        return _segment_loop(x, plan.bounds, grad, None, weight_grad=True, bias_grad=bias_grad)
-    return _triton_kernels().weight_grad(x, plan, grad, deterministic, bias_grad)
+        grad_x = _segment_loop(grad, plan.bounds, w.transpose(1, 2), None) if w is not None else None
+        return grad_x, _segment_loop(x, plan.bounds, grad, None, weight_grad=True, bias_grad=bias_grad)
+    return _triton_kernels().backward(x, plan, grad, w, bias_grad, deterministic)
 
 
 def _cuda_segment_matmul(inputs, ptr, other, bias=None, deterministic=None):
@@ -200,7 +208,7 @@ def _cuda_segment_matmul(inputs, ptr, other, bias=None, deterministic=None):
 
 
 def _cuda_segment_matmul_weight_grad(inputs, ptr, grad_out, deterministic):
-    return _cuda_weight_grad(inputs, _cuda_plan(ptr, inputs.size(0), inputs.device), grad_out, deterministic)
+    return _cuda_backward(inputs, _cuda_plan(ptr, inputs.size(0), inputs.device), grad_out, None, deterministic)[1]
 
 
 def _segment_loop(x: Tensor, bounds, w: Tensor, bias: Optional[Tensor], weight_grad: bool = False,

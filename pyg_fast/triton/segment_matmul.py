@@ -7,17 +7,20 @@ weight with ``tl.dot`` (tensor cores: TF32 when ``torch.backends.cuda.matmul.all
 bf16/fp16 natively, always fp32 accumulation), adding the bias in the epilogue. The input
 gradient is the same kernel with the transposed weights.
 
-Weight gradient (FASTEN's 3-D parallelisation): each segment's rows are split into items and a
-program computes one item's partial ``X_item^T G_item`` for one (K, N) tile. The partials are
-either added atomically into an fp32 buffer, or (deterministic) written out and summed per
-type in a fixed order by a second kernel.
+Backward (FASTEN's 3-D parallelisation of the weight gradient): each segment's rows are split
+into items and a program computes one item's partial ``X_item^T G_item`` for one (K, N) tile;
+where K and N fit one tile the same program also writes the item's input-gradient rows
+``G_item W_t^T``, so each row tile of the gradient is read once. The partials of a type are
+summed in item order by the type's last program to finish (an arrival counter per type: one
+launch, bitwise reproducible), or, where many items share a type and determinism is not asked
+for, added atomically into an fp32 buffer.
 
 With ``TRITON_INTERPRET=1`` set before this module is imported, the kernels run on CPU tensors
 (that is how CI tests them). The kernels use only builtins of ``triton.language`` (``tl.full``,
 not the jitted ``tl.zeros``), so they also interpret when Triton itself was imported earlier.
 """
 import os
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 import triton
@@ -27,13 +30,14 @@ from torch import Tensor
 from pyg_fast.ops import _layout
 from pyg_fast.triton.launcher import Launcher
 from pyg_fast.triton.segment_matmul_config import (
+    ATOMIC_MIN_ITEMS,
     TUNER,
     Routing,
     SegmmConfig,
+    bwd_config,
     build_routing,
     hardware,
     size_stats,
-    wgrad_config,
 )
 
 # Triton's CPU interpreter computes tl.dot on bfloat16 tiles wrongly (seen with triton 3.9), so
@@ -98,9 +102,56 @@ def _add(a, b):  # tl.sum is itself jitted, which the interpreter cannot call on
 
 
 @triton.jit
-def _segmm_wgrad_kernel(x_ptr, g_ptr, dst_ptr, items_ptr, K, N, stride_xm, stride_gm, stride_dt,
-                        ATOMIC: tl.constexpr, BIAS_GRAD: tl.constexpr, PRECISION: tl.constexpr, WIDEN: tl.constexpr,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def _finish_weight_grad(acc, col_sum, bias_row, it, t, gw_ptr, part_ptr, count_ptr, type_items_ptr,
+                        offs_k, offs_n, K, N, stride_gwt, ATOMIC: tl.constexpr):
+    """Adds one item's tile of x^T g (and, in ``bias_row``, its column sums of g) into the type's
+    gradient. ATOMIC: atomically into an fp32 buffer. Else in a fixed order, in this launch: an
+    item alone in its type writes the result; otherwise each item leaves its fp32 partial, and the
+    type's last item to arrive sums the partials in item order (bitwise reproducible), writes the
+    result in the output's dtype and resets the type's counter for the next launch."""
+    mask_n = offs_n < N
+    mask = (offs_k < K)[:, None] & mask_n[None, :]
+    tile = offs_k[:, None] * N + offs_n[None, :]
+    if ATOMIC:
+        base = gw_ptr + t * stride_gwt
+        tl.atomic_add(base + tile, acc, mask=mask)
+        if bias_row:
+            tl.atomic_add(base + K * N + offs_n, col_sum, mask=mask_n)
+    else:
+        first = tl.load(type_items_ptr + t)
+        items = tl.load(type_items_ptr + t + 1) - first
+        write = items == 1
+        if items > 1:
+            part = part_ptr + it.to(tl.int64) * stride_gwt
+            tl.store(part + tile, acc, mask=mask)
+            if bias_row:
+                tl.store(part + K * N + offs_n, col_sum, mask=mask_n)
+            tl.debug_barrier()  # every thread's partial is written before the counter says so
+            counter = count_ptr + (t * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(2) + tl.program_id(2)
+            write = tl.atomic_add(counter, 1, sem="acq_rel") == items - 1
+            if write:  # the type's other items are done: sum all partials in item order
+                acc = tl.full(acc.shape, 0.0, dtype=tl.float32)
+                col_sum = tl.full(col_sum.shape, 0.0, dtype=tl.float32)
+                part = part_ptr + first.to(tl.int64) * stride_gwt
+                for _ in range(0, items):  # .cg: read the other programs' partials from L2, not L1
+                    acc += tl.load(part + tile, mask=mask, other=0.0, cache_modifier=".cg")
+                    if bias_row:
+                        col_sum += tl.load(part + K * N + offs_n, mask=mask_n, other=0.0, cache_modifier=".cg")
+                    part += stride_gwt
+                tl.atomic_xchg(counter, 0)
+        if write:
+            base = gw_ptr + t * stride_gwt
+            tl.store(base + tile, acc.to(gw_ptr.dtype.element_ty), mask=mask)
+            if bias_row:
+                tl.store(base + K * N + offs_n, col_sum.to(gw_ptr.dtype.element_ty), mask=mask_n)
+
+
+@triton.jit
+def _segmm_bwd_kernel(x_ptr, w_ptr, g_ptr, gx_ptr, gw_ptr, part_ptr, count_ptr, items_ptr, type_items_ptr,
+                      K, N, stride_xm, stride_wt, stride_wk, stride_wn, stride_gm, stride_gxm, stride_gwt,
+                      INPUT_GRAD: tl.constexpr, BIAS_GRAD: tl.constexpr, ATOMIC: tl.constexpr,
+                      PRECISION: tl.constexpr, WIDEN: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     it = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -110,52 +161,33 @@ def _segmm_wgrad_kernel(x_ptr, g_ptr, dst_ptr, items_ptr, K, N, stride_xm, strid
     t = tl.load(items_ptr + 3 * it).to(tl.int64)
     start = tl.load(items_ptr + 3 * it + 1)
     end = tl.load(items_ptr + 3 * it + 2)
+    if INPUT_GRAD:  # the whole of K and N in this program: w[t]^T stays loaded for the input gradient
+        wt = tl.load(w_ptr + t * stride_wt + offs_n[:, None] * stride_wn + offs_k[None, :] * stride_wk,
+                     mask=mask_n[:, None] & mask_k[None, :], other=0.0)
+        if WIDEN:
+            wt = wt.to(tl.float32)
     acc = tl.full((BLOCK_K, BLOCK_N), 0.0, dtype=tl.float32)
     col_sum = tl.full((BLOCK_N, ), 0.0, dtype=tl.float32)
     for m0 in range(start, end, BLOCK_M):
         offs_m = (m0 + tl.arange(0, BLOCK_M)).to(tl.int64)
         mask_m = offs_m < end
-        xt = tl.load(x_ptr + offs_m[None, :] * stride_xm + offs_k[:, None],
-                     mask=mask_k[:, None] & mask_m[None, :], other=0.0)
         g = tl.load(g_ptr + offs_m[:, None] * stride_gm + offs_n[None, :],
                     mask=mask_m[:, None] & mask_n[None, :], other=0.0)
+        xt = tl.load(x_ptr + offs_m[None, :] * stride_xm + offs_k[:, None],
+                     mask=mask_k[:, None] & mask_m[None, :], other=0.0)
         if BIAS_GRAD:
             col_sum += tl.reduce(g.to(tl.float32), 0, _add)
         if WIDEN:
             xt = xt.to(tl.float32)
             g = g.to(tl.float32)
+        if INPUT_GRAD:  # the gradient's row tile is read once for both gradients
+            gx = tl.dot(g, wt, input_precision=PRECISION)
+            tl.store(gx_ptr + offs_m[:, None] * stride_gxm + offs_k[None, :], gx.to(gx_ptr.dtype.element_ty),
+                     mask=mask_m[:, None] & mask_k[None, :])
         acc = tl.dot(xt, g, acc, input_precision=PRECISION)
-    # dst: the fp32 [T, K (+1), N] result (ATOMIC) or the [items, K (+1), N] partials; row K holds
-    # the bias gradient (the column sums of the gradient), written by the first K tile
-    mask = mask_k[:, None] & mask_n[None, :]
-    bias_row = BIAS_GRAD and pid_k == 0
-    if ATOMIC:
-        base = dst_ptr + t * stride_dt
-        tile = base + offs_k[:, None] * N + offs_n[None, :]
-        tl.atomic_add(tile, acc, mask=mask)
-        if bias_row:
-            tl.atomic_add(base + K * N + offs_n, col_sum, mask=mask_n)
-    else:
-        base = dst_ptr + it.to(tl.int64) * stride_dt
-        tile = base + offs_k[:, None] * N + offs_n[None, :]
-        tl.store(tile, acc, mask=mask)
-        if bias_row:
-            tl.store(base + K * N + offs_n, col_sum, mask=mask_n)
-
-
-@triton.jit
-def _segmm_wgrad_reduce_kernel(part_ptr, type_items_ptr, out_ptr, KN, BLOCK: tl.constexpr):
-    t = tl.program_id(0)
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < KN
-    first = tl.load(type_items_ptr + t)
-    last = tl.load(type_items_ptr + t + 1)
-    src = part_ptr + first.to(tl.int64) * KN + offs
-    acc = tl.full((BLOCK,), 0.0, dtype=tl.float32)
-    for _ in range(first, last):  # the type's items in a fixed order: bitwise reproducible
-        acc += tl.load(src, mask=mask, other=0.0)
-        src += KN
-    tl.store(out_ptr + t.to(tl.int64) * KN + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+    # row K of the weight gradient holds the bias gradient (the column sums of g): the first K tile writes it
+    _finish_weight_grad(acc, col_sum, BIAS_GRAD and pid_k == 0, it, t, gw_ptr, part_ptr, count_ptr, type_items_ptr,
+                        offs_k, offs_n, K, N, stride_gwt, ATOMIC)
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -166,9 +198,7 @@ def _precision(dtype: torch.dtype) -> str:
 
 
 _fwd = Launcher(_segmm_fwd_kernel)
-_wgrad = Launcher(_segmm_wgrad_kernel)
-_wgrad_reduce = Launcher(_segmm_wgrad_reduce_kernel)
-_REDUCE_BLOCK = 256
+_bwd = Launcher(_segmm_bwd_kernel)
 
 
 class SegmentPlan:
@@ -186,13 +216,24 @@ class SegmentPlan:
         self._launches = {}
         self._routings = {}
         self._device_counts = None
+        self._counters = {}
 
     def routing(self, rows_per_item: int, block_m: int, pack: bool) -> Routing:
         key = (rows_per_item, block_m, pack)
         if key not in self._routings:
             tables = build_routing(self.host_ptr, rows_per_item, block_m, pack)
-            self._routings[key] = Routing(*(t.to(self.device) for t in tables))
+            self._routings[key] = Routing(*(t.to(self.device) for t in tables[:3]), tables.max_items_per_type)
         return self._routings[key]
+
+    def counters(self, size: int) -> Tensor:
+        """At least ``size`` int32 arrival counters of the ordered weight-gradient reduction, zero
+        between launches (the kernel resets them): one set per stream, so that launches on
+        different streams never share a counter."""
+        stream = torch._C._cuda_getCurrentRawStream(self.device.index) if self.device.type == "cuda" else 0
+        found = self._counters.get(stream)
+        if found is None or found.numel() < size:
+            found = self._counters[stream] = torch.zeros(size, dtype=torch.int32, device=self.device)
+        return found
 
     def device_counts(self) -> Tensor:
         if self._device_counts is None:
@@ -258,42 +299,62 @@ def forward(x: Tensor, p: SegmentPlan, w: Tensor, bias: Optional[Tensor] = None,
     return out
 
 
-def _wgrad_config(p: SegmentPlan, K: int, N: int, dtype: torch.dtype) -> SegmmConfig:
-    ceil, num_sms = hardware(p.device)
-    return wgrad_config(K, N, dtype, size_stats(p.counts), num_sms, ceil)
+class _BwdLaunch(NamedTuple):
+    cfg: SegmmConfig
+    routing: Routing
+    grid: tuple
+    partials: bool  # some type has more than one item: the ordered reduction needs partials
 
 
-def _wgrad_launch(p: SegmentPlan, cfg: SegmmConfig, K: int, N: int):
+def _bwd_launch(p: SegmentPlan, cfg: SegmmConfig, K: int, N: int) -> _BwdLaunch:
     routing = p.routing(cfg.rows_per_prog, cfg.block_m, False)
-    return cfg, routing, (routing.items.size(0), triton.cdiv(K, cfg.block_k), triton.cdiv(N, cfg.block_n))
+    grid = (routing.items.size(0), max(1, triton.cdiv(K, cfg.block_k)), triton.cdiv(N, cfg.block_n))
+    return _BwdLaunch(cfg, routing, grid, routing.max_items_per_type > 1)
 
 
-def weight_grad(x: Tensor, p: SegmentPlan, g: Tensor, deterministic: bool, bias_grad: bool = False,
-                config: Optional[SegmmConfig] = None) -> Tensor:
-    """``out[t] = x[ptr[t]:ptr[t+1]]^T @ g[ptr[t]:ptr[t+1]]`` as [T, K, N] in x's dtype; with
-    ``bias_grad`` [T, K + 1, N], whose row K holds the column sums of ``g`` per segment (the
-    gradient of a bias). ``config`` overrides the default tiles."""
+def backward(x: Tensor, p: SegmentPlan, g: Tensor, w: Optional[Tensor] = None, bias_grad: bool = False,
+             deterministic: bool = True, config: Optional[SegmmConfig] = None) -> Tuple[Optional[Tensor], Tensor]:
+    """Gradients of ``out = segment_matmul(x, ptr, w)`` from ``g = d out``: (``g @ w[t]^T`` per
+    segment if ``w`` is given, else None; ``grad_w`` [T, K, N], or [T, K + 1, N] with
+    ``bias_grad``, whose row K holds the column sums of ``g`` per segment).
+
+    Where K and N fit one tile, one launch reads every row tile of ``x`` and ``g`` once for both
+    gradients; else the input gradient is the forward kernel on the transposed weights. The
+    weight gradient's partial sums over a segment's items are added in item order (bitwise
+    reproducible, in the same launch), or, with ``deterministic=False`` where more than
+    ``ATOMIC_MIN_ITEMS`` items share a type, atomically into an fp32 buffer. ``config``
+    overrides the default tiles."""
     T, K, N = p.num_types, x.size(1), g.size(1)
-    rows = K + bias_grad
     if config is not None:
-        cfg, routing, grid = _wgrad_launch(p, config, K, N)
+        launch = _bwd_launch(p, config, K, N)
     else:
-        cfg, routing, grid = p.launch(("wgrad", K, N, x.dtype),
-                                      lambda: _wgrad_launch(p, _wgrad_config(p, K, N, x.dtype), K, N))
-    if grid[0] == 0 or N == 0 or rows == 0:
-        return torch.zeros(T, rows, N, dtype=x.dtype, device=x.device)
-    if K == 0:  # no weight tiles: one program per item for the bias row
-        grid = (grid[0], 1, grid[2])
-    widen = _WIDEN_BF16 and x.dtype == torch.bfloat16
-    scalars = (K, N, x.stride(0), g.stride(0), rows * N)
-    consts = (bias_grad, _precision(x.dtype), widen, cfg.block_m, cfg.block_n, cfg.block_k)
-    if not deterministic:
-        acc = torch.zeros(T, rows, N, dtype=torch.float32, device=x.device)
-        _wgrad(grid, (x, g, acc, routing.items), (*scalars, True, *consts), cfg.num_warps, cfg.num_stages)
-        return acc.to(x.dtype)
-    partial = torch.empty(grid[0], rows, N, dtype=torch.float32, device=x.device)
-    _wgrad(grid, (x, g, partial, routing.items), (*scalars, False, *consts), cfg.num_warps, cfg.num_stages)
-    out = torch.empty(T, rows, N, dtype=x.dtype, device=x.device)
-    _wgrad_reduce((T, triton.cdiv(rows * N, _REDUCE_BLOCK), 1), (partial, routing.type_items, out),
-                  (rows * N, _REDUCE_BLOCK), 4, 1)
-    return out
+        launch = p.launch(("bwd", K, N, x.dtype, w is not None),
+                          lambda: _bwd_launch(p, _bwd_config(p, K, N, x.dtype, w is not None), K, N))
+    cfg, routing, grid, partials = launch
+    fused = w is not None and K > 0 and grid[1] == grid[2] == 1
+    grad_x = torch.empty_like(x) if fused else None if w is None else forward(g, p, w.transpose(1, 2))
+    rows = K + bias_grad
+    if N == 0 or rows == 0 or grid[0] == 0:  # nothing to compute, or no types
+        return grad_x, torch.zeros(T, rows, N, dtype=x.dtype, device=x.device)
+    # a tensor the kernel's branches leave unused is stood in for by another of the same dtype
+    atomic = not deterministic and routing.max_items_per_type > ATOMIC_MIN_ITEMS
+    part, counters = None, routing.type_items
+    if atomic:
+        grad_w = torch.zeros(T, rows, N, dtype=torch.float32, device=x.device)
+    else:
+        grad_w = torch.empty(T, rows, N, dtype=x.dtype, device=x.device)
+        if partials:
+            part = torch.empty(grid[0], rows, N, dtype=torch.float32, device=x.device)
+            counters = p.counters(T * grid[1] * grid[2])
+    part = grad_w if part is None else part
+    wt, gx = (w, grad_x) if fused else (x, x)
+    _bwd(grid, (x, wt, g, gx, grad_w, part, counters, routing.items, routing.type_items),
+         (K, N, x.stride(0), wt.stride(0), wt.stride(1), wt.stride(-1), g.stride(0), gx.stride(0), rows * N,
+          fused, bias_grad, atomic, _precision(x.dtype), _WIDEN_BF16 and x.dtype == torch.bfloat16,
+          cfg.block_m, cfg.block_n, cfg.block_k), cfg.num_warps, cfg.num_stages)
+    return grad_x, grad_w.to(x.dtype) if atomic else grad_w
+
+
+def _bwd_config(p: SegmentPlan, K: int, N: int, dtype: torch.dtype, input_grad: bool) -> SegmmConfig:
+    ceil, num_sms = hardware(p.device)
+    return bwd_config(K, N, dtype, size_stats(p.counts), num_sms, ceil, input_grad)

@@ -154,42 +154,55 @@ def model_config(counts: Tensor, K: int, N: int, dtype: torch.dtype, device: tor
     return min(candidates(K, N, dtype, ceil), key=lambda c: model_time_us(c, counts, K, N, dtype, ceil, num_sms))
 
 
-def wgrad_rows_per_item(stats: SizeStats, num_sms: int, block_m: int) -> int:
-    """Rows per weight-gradient item: enough items for about four waves, at least four row tiles."""
+def bwd_rows_per_item(stats: SizeStats, num_sms: int, block_m: int) -> int:
+    """Rows per backward item: enough items for about four waves, at least four row tiles."""
     target = max(1, 4 * num_sms)
     rows = math.ceil(stats.rows / target) if stats.rows else block_m
     return max(4 * block_m, math.ceil(rows / block_m) * block_m)
 
 
-def wgrad_config(K: int, N: int, dtype: torch.dtype, stats: SizeStats, num_sms: int, ceil: dict) -> SegmmConfig:
-    """Tiles of the weight gradient, whose reduction runs over rows: one K x N tile up to 128 x 128
-    (x and the gradient are read once), 64 rows per step for 128 x 128 tiles, else 128; three
-    stages where they fit. Chosen from a sweep on the H100 (AM, Freebase, AIFB, MUTAG)."""
+def bwd_config(K: int, N: int, dtype: torch.dtype, stats: SizeStats, num_sms: int, ceil: dict,
+               input_grad: bool) -> SegmmConfig:
+    """Tiles of the backward kernel, whose weight-gradient reduction runs over rows: one K x N
+    tile up to 128 x 128 (x and the gradient are read once), 64 rows per step for 128 x 128
+    tiles, else 128 (chosen from a sweep of the weight gradient on the H100: AM, Freebase,
+    AIFB, MUTAG); three stages where they fit beside the weight tile the input gradient keeps."""
     elt = torch.tensor([], dtype=dtype).element_size()
-    block_k, block_n = _pow2_clamp(K, 16, 128), _pow2_clamp(N, 16, 128)
+    block_k, block_n = _pow2_clamp(K, 16, MAX_WHOLE_K), _pow2_clamp(N, 16, MAX_WHOLE_K)
     big = block_k * block_n >= 128 * 128
     block_m = 64 if big else 128
-    stages = 3 if 3 * block_m * (block_k + block_n) * elt <= ceil["smem_kb"] * 1024 else 2
-    return SegmmConfig(block_m, block_n, block_k, wgrad_rows_per_item(stats, num_sms, block_m), 8 if big else 4, stages)
+    resident = block_k * block_n * elt if input_grad else 0
+    stages = 3 if resident + 3 * block_m * (block_k + block_n) * elt <= ceil["smem_kb"] * 1024 else 2
+    return SegmmConfig(block_m, block_n, block_k, bwd_rows_per_item(stats, num_sms, block_m), 8 if big else 4, stages)
+
+
+# Where more items than this share a type, the weight gradient adds them atomically unless it must
+# be deterministic: the last item to finish sums the type's partials alone, a serial tail.
+ATOMIC_MIN_ITEMS = 16
 
 
 # ---------------------------------------------------------------------------------------------
 # Routing tables
 class Routing(NamedTuple):
     """``items`` [I, 3] int32 rows (type, row start, row end); ``prog_ptr`` [P + 1] int32 points
-    into ``items`` per program; ``type_items`` [T + 1] int32 points into ``items`` per type."""
+    into ``items`` per program; ``type_items`` [T + 1] int32 points into ``items`` per type;
+    ``max_items_per_type`` is a host int."""
     items: Tensor
     prog_ptr: Tensor
     type_items: Tensor
+    max_items_per_type: int
 
 
 def build_routing(ptr_cpu: Tensor, rows_per_item: int, block_m: int, pack: bool) -> Routing:
     """Splits every segment into items of at most ``rows_per_item`` rows; ``pack`` groups
-    consecutive items into programs of about ``rows_per_item`` padded rows (else one item each).
-    Vectorised: no Python loop over segments or items."""
+    consecutive items into programs of about ``rows_per_item`` padded rows (the forward). Else
+    each item is a program and an empty segment has one empty item (the backward, which writes
+    every type's weight gradient). Vectorised: no Python loop over segments or items."""
     counts = ptr_cpu.diff()
     T = counts.numel()
     chunks = torch.div(counts + rows_per_item - 1, rows_per_item, rounding_mode="floor")
+    if not pack:
+        chunks = chunks.clamp(min=1)
     item_type = torch.repeat_interleave(torch.arange(T), chunks)
     first_item = torch.cumsum(chunks, 0) - chunks
     within = torch.arange(item_type.numel()) - first_item[item_type]
@@ -203,7 +216,7 @@ def build_routing(ptr_cpu: Tensor, rows_per_item: int, block_m: int, pack: bool)
         prog_ptr = torch.searchsorted(prog, torch.arange(int(prog[-1]) + 2))
     else:
         prog_ptr = torch.arange(items.size(0) + 1)
-    return Routing(items.contiguous(), prog_ptr.to(torch.int32), type_items)
+    return Routing(items.contiguous(), prog_ptr.to(torch.int32), type_items, int(chunks.max()) if T else 0)
 
 
 # ---------------------------------------------------------------------------------------------

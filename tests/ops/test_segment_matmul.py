@@ -180,9 +180,16 @@ TRITON_CASES = {"empty_types": [0, 5, 0, 0, 17, 1, 0], "giant_and_tiny": [1, 200
                 "many_small": [int(v) for v in torch.randint(0, 4, (40,), generator=torch.Generator().manual_seed(1))]}
 
 
+def weight_grad_reference(x, ptr, g):
+    """(per-type x^T g, per-type column sums of g) in float64."""
+    T = ptr.numel() - 1
+    return (torch.stack([x[ptr[t]:ptr[t + 1]].double().t() @ g[ptr[t]:ptr[t + 1]].double() for t in range(T)]),
+            torch.stack([g[ptr[t]:ptr[t + 1]].double().sum(0) for t in range(T)]))
+
+
 @pytest.mark.parametrize("case", list(TRITON_CASES))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_triton_forward_and_weight_grad(kernels, case, dtype):
+def test_triton_forward_and_backward(kernels, case, dtype, monkeypatch):
     kernels, device = kernels
     sizes = TRITON_CASES[case]
     x, ptr, w, b = (t.detach() if t is not None else None for t in make(sizes, 20, 33, dtype, device))
@@ -190,16 +197,42 @@ def test_triton_forward_and_weight_grad(kernels, case, dtype):
     scale = 4.0 if dtype != torch.float32 else 1.0
     for _ in range(2):  # the second call goes straight to the compiled kernels' launchers
         assert_close(kernels.forward(x, plan, w, b), reference(x, ptr, w, b), dtype, scale)
-    # the input gradient: the same kernel with transposed (strided) weights
+    # the input gradient through the forward kernel (what K or N beyond one tile use): transposed, strided weights
     g = torch.randn(x.size(0), 33, dtype=dtype, device=device)
-    assert_close(kernels.forward(g, plan, w.transpose(1, 2)), reference(g, ptr, w.transpose(1, 2)), dtype, scale)
-    want = torch.stack([x[ptr[t]:ptr[t + 1]].double().t() @ g[ptr[t]:ptr[t + 1]].double() for t in range(len(sizes))])
-    want_bias = torch.stack([g[ptr[t]:ptr[t + 1]].double().sum(0) for t in range(len(sizes))])
-    for deterministic in (True, False):
-        assert_close(kernels.weight_grad(x, plan, g, deterministic), want, dtype, scale)
-        fused = kernels.weight_grad(x, plan, g, deterministic, bias_grad=True)
-        assert_close(fused[:, :20], want, dtype, scale)
-        assert_close(fused[:, 20], want_bias, dtype, scale)
+    want_x = reference(g, ptr, w.transpose(1, 2))
+    assert_close(kernels.forward(g, plan, w.transpose(1, 2)), want_x, dtype, scale)
+    want_w, want_bias = weight_grad_reference(x, ptr, g)
+    monkeypatch.setattr(kernels, "ATOMIC_MIN_ITEMS", 1)  # the atomic reduction wherever a type has 2+ items
+    # default tiles (one item per type here), and 16-row items (several per type: the reductions)
+    for cfg in (None, config.SegmmConfig(16, 64, 32, 16)):
+        for deterministic in (True, False):
+            for weights, bias_grad in ((w, True), (None, False)):
+                runs = [kernels.backward(x, plan, g, weights, bias_grad, deterministic, cfg) for _ in range(2)]
+                grad_x, grad_w = runs[0]
+                assert (grad_x is None) == (weights is None)
+                if grad_x is not None:
+                    assert_close(grad_x, want_x, dtype, scale)
+                assert_close(grad_w[:, :20], want_w, dtype, scale)
+                if bias_grad:
+                    assert_close(grad_w[:, 20], want_bias, dtype, scale)
+                if deterministic:  # and the arrival counters were reset for the second launch
+                    assert torch.equal(runs[1][1], grad_w)
+
+
+def test_triton_backward_beyond_one_tile(kernels):
+    """K and N larger than a tile: the weight gradient over a grid of (K, N) tiles, each with its
+    own arrival counters; the input gradient from the forward kernel."""
+    kernels, device = kernels
+    x, ptr, w, _ = (t.detach() if t is not None else None for t in make([0, 40, 3, 21], 150, 140, torch.float32,
+                                                                          device, bias=False))
+    plan = kernels.SegmentPlan(ptr, x.device)
+    g = torch.randn(x.size(0), 140, device=device)
+    want_w, want_bias = weight_grad_reference(x, ptr, g)
+    for cfg in (None, config.SegmmConfig(16, 64, 64, 16)):
+        grad_x, grad_w = kernels.backward(x, plan, g, w, True, True, cfg)
+        assert_close(grad_x, reference(g, ptr, w.transpose(1, 2)), torch.float32)
+        assert_close(grad_w[:, :150], want_w, torch.float32)
+        assert_close(grad_w[:, 150], want_bias, torch.float32)
 
 
 @pytest.mark.parametrize("cfg", [config.SegmmConfig(16, 16, 16, 16), config.SegmmConfig(32, 64, 32, 128),
@@ -214,15 +247,17 @@ def test_triton_forward_any_config(kernels, cfg):
 def test_routing_covers_every_row_once_and_packs_small_segments():
     sizes = [0, 3, 1000, 2, 2, 0, 5, 64]
     ptr = ptr_of(sizes)
-    for pack in (True, False):
+    # packed (forward): no item for an empty segment; unpacked (backward): one empty item each
+    for pack, type_items in ((True, [0, 0, 1, 9, 10, 11, 11, 12, 13]), (False, [0, 1, 2, 10, 11, 12, 13, 14, 15])):
         r = config.build_routing(ptr, rows_per_item=128, block_m=16, pack=pack)
         covered = torch.zeros(sum(sizes), dtype=torch.long)
         for t, lo, hi in r.items.tolist():
-            assert ptr[t] <= lo < hi <= ptr[t + 1] and hi - lo <= 128
+            assert ptr[t] <= lo <= hi <= ptr[t + 1] and hi - lo <= 128 and (lo < hi or sizes[t] == 0)
             covered[lo:hi] += 1
         assert torch.equal(covered, torch.ones_like(covered))
         assert r.prog_ptr[0] == 0 and r.prog_ptr[-1] == r.items.size(0)
-        assert r.type_items.tolist() == [0, 0, 1, 9, 10, 11, 11, 12, 13]
+        assert r.type_items.tolist() == type_items
+        assert r.max_items_per_type == 8
     packed = config.build_routing(ptr, 128, 16, True)
     # the 8 chunks of the big segment stay apart; the five small segments after it share programs
     assert packed.prog_ptr.numel() - 1 < packed.items.size(0)
@@ -295,12 +330,16 @@ def test_triton_kernels_compile_for_sm90(dtype, precision, tensor_cores):
         ptx = triton.compile(ASTSource(kernels._segmm_fwd_kernel, {**fwd_sig, **{k: "constexpr" for k in fwd_consts}},
                                        fwd_consts), target=target).asm["ptx"]
         assert ("wgmma" in ptx) == tensor_cores
-    wgrad_sig = {"x_ptr": f"*{dtype}", "g_ptr": f"*{dtype}", "dst_ptr": "*fp32", "items_ptr": "*i32",
-                 **ints("K", "N", "stride_xm", "stride_gm", "stride_dt")}
-    for atomic in (True, False):
-        consts = dict(ATOMIC=atomic, BIAS_GRAD=True, PRECISION=precision, WIDEN=False, **blocks)
-        triton.compile(ASTSource(kernels._segmm_wgrad_kernel, {**wgrad_sig, **{k: "constexpr" for k in consts}},
-                                 consts), target=target)
-    reduce_sig = {"part_ptr": "*fp32", "type_items_ptr": "*i32", "out_ptr": f"*{dtype}", "KN": "i32",
-                  "BLOCK": "constexpr"}
-    triton.compile(ASTSource(kernels._segmm_wgrad_reduce_kernel, reduce_sig, {"BLOCK": 256}), target=target)
+    bwd_sig = {"x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "g_ptr": f"*{dtype}", "gx_ptr": f"*{dtype}",
+               "gw_ptr": f"*{dtype}", "part_ptr": "*fp32", "count_ptr": "*i32", "items_ptr": "*i32",
+               "type_items_ptr": "*i32", **ints("K", "N", "stride_xm", "stride_wt", "stride_wk", "stride_wn",
+                                                "stride_gm", "stride_gxm", "stride_gwt")}
+    # x^T g is a BLOCK_K-row product: wgmma needs at least 64 rows
+    bwd_blocks = dict(blocks, BLOCK_K=64)
+    for input_grad, atomic in ((True, False), (False, False), (False, True)):
+        consts = dict(INPUT_GRAD=input_grad, BIAS_GRAD=True, ATOMIC=atomic, PRECISION=precision, WIDEN=False,
+                      **bwd_blocks)
+        sig = {**bwd_sig, "gw_ptr": "*fp32"} if atomic else bwd_sig
+        ptx = triton.compile(ASTSource(kernels._segmm_bwd_kernel, {**sig, **{k: "constexpr" for k in consts}},
+                                       consts), target=target).asm["ptx"]
+        assert ("wgmma" in ptx) == tensor_cores
