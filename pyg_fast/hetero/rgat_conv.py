@@ -10,18 +10,44 @@ from torch_geometric.utils import scatter, softmax
 
 from pyg_fast.hetero.rgcn_conv import block_diagonal
 from pyg_fast.hetero.tensor_slice import TensorSlice, slice_for
+from pyg_fast.ops import _layout
 from pyg_fast.ops.edge_softmax import edge_softmax
+from pyg_fast.ops.segment_matmul import segment_matmul
 
 
 class RGATConv(pyg_nn.RGATConv):
     r"""PyG's :class:`~torch_geometric.nn.RGATConv` (same arguments, state and results).
     ``tensor_slice`` may pass a prebuilt :class:`TensorSlice` of ``edge_type``; otherwise the
-    grouping of edges by relation is cached with ``edge_type``."""
+    grouping of edges by relation is cached with ``edge_type``. Messages are computed and
+    aggregated on the edges grouped by relation (sums in another order than PyG's: equal up to
+    rounding); returned attention weights are in the order of the edges given."""
     propagate_type = {"x": "Tensor", "edge_type": "OptTensor", "edge_attr": "Optional[Tensor]"}
 
     def forward(self, x, edge_index, edge_type=None, edge_attr=None, size=None, return_attention_weights=None,
                 tensor_slice: Optional[TensorSlice] = None):
-        self._given_slice = tensor_slice
+        ts = None
+        if (isinstance(edge_index, Tensor) and edge_index.layout == torch.strided and edge_type is not None
+                and x.is_floating_point()):
+            ts = slice_for(edge_type, self.num_relations, x.device, tensor_slice)
+        if ts is None or ts.perm is None:
+            return self._propagate(x, edge_index, edge_type, edge_attr, size, return_attention_weights, ts)
+        # A message depends on its edge alone and the aggregation over edges not on their order: on
+        # edges grouped by relation (cached), the relation transforms run without gathering rows
+        # into that order and back.
+        sorted_index, sorted_slice = _layout.cached_with(
+            edge_type, edge_index, ("rgat_edges_by_relation", self.num_relations, str(x.device)),
+            lambda: (edge_index.index_select(1, ts.perm),
+                     TensorSlice(None, ts.sort(edge_type), self.num_relations, is_sorted=True, device=x.device)))
+        out = self._propagate(x, sorted_index, sorted_slice.types, None if edge_attr is None else ts.sort(edge_attr),
+                              size, return_attention_weights, sorted_slice)
+        if isinstance(out, tuple):  # the attention weights in the order of the edges given
+            out, (_, alpha) = out
+            return out, (edge_index, ts.unsort(alpha))
+        return out
+
+    def _propagate(self, x, edge_index, edge_type, edge_attr, size, return_attention_weights,
+                   ts: Optional[TensorSlice]):
+        self._given_slice = ts
         try:
             return super().forward(x, edge_index, edge_type, edge_attr, size, return_attention_weights)
         finally:
@@ -42,8 +68,13 @@ class RGATConv(pyg_nn.RGATConv):
             return super().message(x_i, x_j, edge_type, edge_attr, index, ptr, size_i)
         ts = slice_for(edge_type, self.num_relations, x_i.device, getattr(self, "_given_slice", None))
         w = self.relation_weights()
-        return self.attend(ts.gather_matmul(x_i, w), ts.gather_matmul(x_j, w), edge_type, edge_attr, index, ptr,
-                           size_i)
+        if ts.perm is None:  # edges grouped by relation: both endpoints' rows in one segmented matmul
+            pair_ptr = _layout.cached(ts.ptr, ("rgat_endpoint_pairs", ), lambda: 2 * ts.ptr)
+            both = segment_matmul(torch.stack([x_i, x_j], 1).view(-1, x_i.size(-1)), pair_ptr, w)
+            outi, outj = both.view(x_i.size(0), 2, -1).unbind(1)
+        else:
+            outi, outj = ts.gather_matmul(x_i, w), ts.gather_matmul(x_j, w)
+        return self.attend(outi, outj, edge_type, edge_attr, index, ptr, size_i)
 
     def attend(self, outi: Tensor, outj: Tensor, edge_type: Tensor, edge_attr: Optional[Tensor], index: Tensor,
                ptr: Optional[Tensor], size_i: Optional[int]) -> Tensor:

@@ -138,8 +138,9 @@ def test_rgat_decompositions_and_attention_weights(decomposition, device):
     ref, mine = pair(pyg_nn.RGATConv, fast.RGATConv, 8, 4, 5, heads=2, concat=False, device=device, **decomposition)
     assert_same_forward_backward(ref, mine, lambda conv: conv(x, edge_index, edge_type), [x])
     _, (_, alpha_ref) = ref(x, edge_index, edge_type, return_attention_weights=True)
-    _, (_, alpha) = mine(x, edge_index, edge_type, return_attention_weights=True,
-                         tensor_slice=fast.TensorSlice(None, edge_type, 5))
+    _, (returned_index, alpha) = mine(x, edge_index, edge_type, return_attention_weights=True,
+                                      tensor_slice=fast.TensorSlice(None, edge_type, 5))
+    assert torch.equal(returned_index, edge_index)  # the edges given, in their order
     assert_close(alpha, alpha_ref, torch.float32)
 
 
