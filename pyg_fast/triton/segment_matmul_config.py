@@ -33,13 +33,23 @@ HARDWARE = {
     "A100": {"tflops_16": 280.0, "tflops_tf32": 140.0, "tflops_fp32": 19.5, "gbps": 1700.0, "smem_kb": 163},
     "default": {"tflops_16": 100.0, "tflops_tf32": 50.0, "tflops_fp32": 15.0, "gbps": 800.0, "smem_kb": 99},
 }
-PROGRAM_OVERHEAD_US = 0.5  # launch of a program, prologue and epilogue
-ITEM_OVERHEAD_US = 0.15  # switching to another segment's weight inside a program
-LOAD_LATENCY_US = 3.5  # fitted to the H100 sweeps: a program's loads in flight complete every LOAD_LATENCY_US
+
+
+class ModelConstants(NamedTuple):
+    """The performance model's fitted constants (``python -m benchmarks.sweep_segment_matmul``
+    measures every candidate and fits them)."""
+    program_overhead_us: float  # launch of a program, prologue and epilogue
+    item_overhead_us: float  # switching to another segment's weight inside a program
+    load_latency_us: float  # a program's loads in flight complete every load_latency_us
+    max_rows_per_prog: int  # longer programs are not picked by the model (the autotuner may)
+
+
+MODEL = ModelConstants(program_overhead_us=0.5, item_overhead_us=0.15, load_latency_us=3.5, max_rows_per_prog=2048)
+
 BLOCK_MS = (16, 32, 64, 128)
 MAX_WHOLE_K = 128  # up to this K a row tile's product is one tl.dot and the weight tile stays loaded
 ROWS_PER_PROG_FACTORS = (1, 2, 4, 8, 16)
-MAX_ROWS_PER_PROG = 2048
+MAX_ROWS_PER_PROG = 2048  # the candidates' longest program
 
 
 class SegmmConfig(NamedTuple):
@@ -120,7 +130,7 @@ def candidates(K: int, N: int, dtype: torch.dtype, ceil: dict) -> List[SegmmConf
 
 
 def model_time_us(cfg: SegmmConfig, counts: Tensor, K: int, N: int, dtype: torch.dtype, ceil: dict,
-                  num_sms: int) -> float:
+                  num_sms: int, model: ModelConstants = MODEL) -> float:
     """Modelled run time of the forward kernel (or, with K and N swapped, of the input gradient)."""
     elt = torch.tensor([], dtype=dtype).element_size()
     n = counts[counts > 0].double()
@@ -142,16 +152,18 @@ def model_time_us(cfg: SegmmConfig, counts: Tensor, K: int, N: int, dtype: torch
     sm_rate_flops = _peak_tflops(ceil, dtype) * 1e6 / (num_sms * per_sm)  # flops per us per program
     sm_rate_bytes = ceil["gbps"] * 1e3 / (num_sms * per_sm)  # bytes per us per program
     # latency: a program keeps num_stages - 1 row tiles in flight, and each item first waits for its weight
-    latency_us = (rows / cfg.block_m / max(1, cfg.num_stages - 1) + items_per_prog) * LOAD_LATENCY_US
-    wave_us = max(flops / sm_rate_flops, nbytes / sm_rate_bytes, latency_us) + PROGRAM_OVERHEAD_US \
-        + ITEM_OVERHEAD_US * items_per_prog
+    latency_us = (rows / cfg.block_m / max(1, cfg.num_stages - 1) + items_per_prog) * model.load_latency_us
+    wave_us = max(flops / sm_rate_flops, nbytes / sm_rate_bytes, latency_us) + model.program_overhead_us \
+        + model.item_overhead_us * items_per_prog
     return waves * wave_us
 
 
-def model_config(counts: Tensor, K: int, N: int, dtype: torch.dtype, device: torch.device) -> SegmmConfig:
+def model_config(counts: Tensor, K: int, N: int, dtype: torch.dtype, device: torch.device,
+                 model: ModelConstants = MODEL) -> SegmmConfig:
     """The configuration with the lowest modelled time (no measurement)."""
     ceil, num_sms = hardware(device)
-    return min(candidates(K, N, dtype, ceil), key=lambda c: model_time_us(c, counts, K, N, dtype, ceil, num_sms))
+    return min((c for c in candidates(K, N, dtype, ceil) if c.rows_per_prog <= model.max_rows_per_prog),
+               key=lambda c: model_time_us(c, counts, K, N, dtype, ceil, num_sms, model))
 
 
 def bwd_rows_per_item(stats: SizeStats, num_sms: int, block_m: int) -> int:
