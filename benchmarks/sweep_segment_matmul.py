@@ -18,13 +18,13 @@ import torch
 from benchmarks.common import time_ms
 from benchmarks.suites.segment_matmul import DIMS, DTYPES, segment_sizes
 from pyg_fast.triton.segment_matmul_config import (MODEL, HARDWARE, ModelConstants, SegmmConfig, candidates,
-                                                   model_time_us)
+                                                   model_time_us, modelled_candidates)
 
 GRID = {
-    "program_overhead_us": (0.25, 0.5, 1.0, 2.0, 4.0),
-    "item_overhead_us": (0.05, 0.15, 0.3, 0.6),
-    "load_latency_us": (1.0, 2.0, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0),
-    "max_rows_per_prog": (256, 512, 1024, 2048),
+    "program_overhead_us": (0.0, 0.25, 0.5, 1.0, 2.0),
+    "item_overhead_us": (0.0, 0.05, 0.15, 0.3),
+    "load_latency_us": (2.0, 3.5, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0),
+    "max_rows_per_prog_per_byte": (32, 64, 128, 256, 512),
 }
 
 
@@ -57,7 +57,7 @@ def pick_ratios(cases, model: ModelConstants, ceil: dict, num_sms: int):
         counts = torch.tensor(sizes[case["dataset"]])
         dtype = DTYPES[case["dtype"]]
         times = {SegmmConfig(*cfg): ms for cfg, ms in case["times"]}
-        allowed = [cfg for cfg in times if cfg.rows_per_prog <= model.max_rows_per_prog]
+        allowed = [cfg for cfg in modelled_candidates(case["K"], case["N"], dtype, ceil, model) if cfg in times]
         pick = min(allowed, key=lambda c: model_time_us(c, counts, case["K"], case["N"], dtype, ceil, num_sms, model))
         ratios.append(times[pick] / min(times.values()))
     return ratios
@@ -76,8 +76,11 @@ def fit(path: str) -> None:
     current = score(MODEL)
     scored = [(score(m), m) for m in (ModelConstants(*values) for values in itertools.product(*GRID.values()))]
     (mean_log, worst), best = min(scored, key=lambda s: s[0])
-    print(f"{len(cases)} cases; current {MODEL}: pick / best geomean {math.exp(current[0]):.4f}, worst {current[1]:.3f}")
+    print(f"{len(cases)} cases; current {MODEL}: pick / best geomean {math.exp(current[0]):.4f}, "
+          f"worst {current[1]:.3f}")
     print(f"fitted  {best}: pick / best geomean {math.exp(mean_log):.4f}, worst {worst:.3f}")
+    worst_cases = sorted(zip(pick_ratios(cases, best, ceil, num_sms), cases), key=lambda rc: -rc[0])[:5]
+    print("slowest picks: " + ", ".join(f"{c['dataset']} K={c['K']} {c['dtype']} {r:.2f}x" for r, c in worst_cases))
 
 
 def main():

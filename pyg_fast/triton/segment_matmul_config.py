@@ -41,10 +41,16 @@ class ModelConstants(NamedTuple):
     program_overhead_us: float  # launch of a program, prologue and epilogue
     item_overhead_us: float  # switching to another segment's weight inside a program
     load_latency_us: float  # a program's loads in flight complete every load_latency_us
-    max_rows_per_prog: int  # longer programs are not picked by the model (the autotuner may)
+    # the model picks programs of at most this many rows per byte of the element size (the
+    # autotuner may pick longer ones): longer programs measured slower than modelled, fp32 ones
+    # (TF32, half bf16's rate) less so
+    max_rows_per_prog_per_byte: int
 
 
-MODEL = ModelConstants(program_overhead_us=0.5, item_overhead_us=0.15, load_latency_us=3.5, max_rows_per_prog=2048)
+# Fitted to results/segment_matmul_sweep_h100.jsonl (48 cases): the pick's measured time over the
+# best candidate's is 1.051 in geometric mean (1.080 with the constants of session 9).
+MODEL = ModelConstants(program_overhead_us=0.0, item_overhead_us=0.05, load_latency_us=10.0,
+                       max_rows_per_prog_per_byte=128)
 
 BLOCK_MS = (16, 32, 64, 128)
 MAX_WHOLE_K = 128  # up to this K a row tile's product is one tl.dot and the weight tile stays loaded
@@ -162,8 +168,15 @@ def model_config(counts: Tensor, K: int, N: int, dtype: torch.dtype, device: tor
                  model: ModelConstants = MODEL) -> SegmmConfig:
     """The configuration with the lowest modelled time (no measurement)."""
     ceil, num_sms = hardware(device)
-    return min((c for c in candidates(K, N, dtype, ceil) if c.rows_per_prog <= model.max_rows_per_prog),
+    return min(modelled_candidates(K, N, dtype, ceil, model),
                key=lambda c: model_time_us(c, counts, K, N, dtype, ceil, num_sms, model))
+
+
+def modelled_candidates(K: int, N: int, dtype: torch.dtype, ceil: dict,
+                        model: ModelConstants = MODEL) -> List[SegmmConfig]:
+    """The candidates the model chooses from (programs no longer than ``model`` allows)."""
+    max_rows = model.max_rows_per_prog_per_byte * torch.tensor([], dtype=dtype).element_size()
+    return [c for c in candidates(K, N, dtype, ceil) if c.rows_per_prog <= max_rows]
 
 
 def bwd_rows_per_item(stats: SizeStats, num_sms: int, block_m: int) -> int:
@@ -290,7 +303,8 @@ class Tuner:
         if not self.autotune:
             return model_config(counts, K, N, dtype, device)
         ceil, num_sms = hardware(device)
-        ranked = sorted(candidates(K, N, dtype, ceil), key=lambda c: model_time_us(c, counts, K, N, dtype, ceil, num_sms))
+        ranked = sorted(candidates(K, N, dtype, ceil),
+                        key=lambda c: model_time_us(c, counts, K, N, dtype, ceil, num_sms))
         best = min(ranked[:self.top_k], key=bench)
         with self._lock:
             self._cache[key] = best
