@@ -111,6 +111,24 @@ def test_deterministic_weight_grad_is_bitwise_reproducible(device):
         assert torch.equal(a, c)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_cuda_weight_grad_of_a_type_split_into_many_items(deterministic):
+    """A type of 20 k rows is split into dozens of items: the ordered reduction by the type's
+    last program (deterministic) and the atomic one (more than ATOMIC_MIN_ITEMS items)."""
+    x, ptr, w, b = make([20000, 5, 0, 700], 32, 48, torch.float32, "cuda")
+    grad = torch.randn(x.size(0), 48, device="cuda")
+    got = grads_of(segment_matmul(x, ptr, w, b, deterministic=deterministic), grad, (x, w, b))
+    ref_inputs = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    want = grads_of(reference(ref_inputs[0], ptr, ref_inputs[1], ref_inputs[2]), grad.double(), ref_inputs)
+    for a, c in zip(got, want):
+        assert_close(a, c, torch.float32, scale=4.0)
+    if deterministic:  # and again, bitwise (the arrival counters reset themselves)
+        again = grads_of(segment_matmul(x, ptr, w, b, deterministic=True), grad, (x, w, b))
+        for a, c in zip(got, again):
+            assert torch.equal(a, c)
+
+
 def test_bad_inputs_raise_clear_errors():
     x, ptr, w, b = make([2, 3], 4, 5, torch.float32, "cpu")
     with pytest.raises(ValueError, match="'ptr' has 4 entries"):
