@@ -47,7 +47,7 @@ class ModelConstants(NamedTuple):
     max_rows_per_prog_per_byte: int
 
 
-# Fitted to results/segment_matmul_sweep_h100.jsonl (48 cases): the pick's measured time over the
+# Fitted to benchmarks/results/segment_matmul_sweep_h100.jsonl (48 cases): the pick's measured time over the
 # best candidate's is 1.051 in geometric mean (1.080 with the constants of session 9).
 MODEL = ModelConstants(program_overhead_us=0.0, item_overhead_us=0.05, load_latency_us=10.0,
                        max_rows_per_prog_per_byte=128)
