@@ -212,6 +212,9 @@ class SegmentPlan:
         self.bounds = self.host_ptr.tolist()  # the float64 path's per-segment loop
         self.counts = self.host_ptr.diff()
         self.num_types = self.counts.numel()
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:  # streams and counters are per device index
+            device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
         self._launches = {}
         self._routings = {}

@@ -129,6 +129,19 @@ def test_cuda_weight_grad_of_a_type_split_into_many_items(deterministic):
             assert torch.equal(a, c)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_plan_of_a_device_without_index():
+    from pyg_fast.triton import segment_matmul as kernels
+    x, ptr, w, _ = make([300, 0, 1200], 16, 24, torch.float32, "cuda", bias=False)
+    plan = kernels.SegmentPlan(ptr, torch.device("cuda"))  # "cuda", not "cuda:0"
+    grad = torch.randn(x.size(0), 24, device="cuda")
+    grad_x, grad_w = kernels.backward(x.detach(), plan, grad, w.detach())
+    xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    want_x, want_w = grads_of(reference(xd, ptr, wd), grad.double(), (xd, wd))
+    assert_close(grad_x, want_x, torch.float32)
+    assert_close(grad_w, want_w, torch.float32)
+
+
 def test_bad_inputs_raise_clear_errors():
     x, ptr, w, b = make([2, 3], 4, 5, torch.float32, "cpu")
     with pytest.raises(ValueError, match="'ptr' has 4 entries"):
