@@ -113,9 +113,11 @@ def test_deterministic_weight_grad_is_bitwise_reproducible(device):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("deterministic", [True, False])
-def test_cuda_weight_grad_of_a_type_split_into_many_items(deterministic):
+def test_cuda_weight_grad_of_a_type_split_into_many_items(deterministic, monkeypatch):
     """A type of 20 k rows is split into dozens of items: the ordered reduction by the type's
     last program (deterministic) and the atomic one (more than ATOMIC_MIN_ITEMS items)."""
+    from pyg_fast.triton import segment_matmul as kernels
+    monkeypatch.setattr(kernels, "ATOMIC_MIN_ITEMS", 1)
     x, ptr, w, b = make([20000, 5, 0, 700], 32, 48, torch.float32, "cuda")
     grad = torch.randn(x.size(0), 48, device="cuda")
     got = grads_of(segment_matmul(x, ptr, w, b, deterministic=deterministic), grad, (x, w, b))
