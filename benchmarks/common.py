@@ -131,14 +131,16 @@ TIMING_ROUNDS = 3
 
 def bench_methods(rec: "Recorder", suite: str, case: dict, methods: Dict[str, Callable[[], torch.Tensor]],
                   ref, device, rel_tol: float, budget: Tuple[float, float] = FULL_BUDGET,
-                  nbytes: Optional[int] = None, rounds: int = TIMING_ROUNDS) -> None:
+                  nbytes: Optional[int] = None, rounds: int = TIMING_ROUNDS,
+                  fields: Optional[Callable[[float], dict]] = None) -> None:
     """Checks every method's output against ``ref``, times the ones that are right.
 
     ``ref`` is one reference tensor, or a dict with one per method. A method that raises or
     gives a wrong answer is recorded with ``ms=None`` and an ``error``. ``nbytes`` (the bytes
     the operation must move at least) adds ``bytes`` and ``gbps`` to timed records. ``budget``
     is ``time_ms``'s (warm-up, rep) in ms, shared by ``rounds`` alternating rounds of all the
-    methods (``time_interleaved``; 1: each method timed once, in turn).
+    methods (``time_interleaved``; 1: each method timed once, in turn). ``fields(ms)`` adds
+    fields derived from a timed record's milliseconds.
     """
     warmup, rep = budget
     checked = {}
@@ -165,6 +167,8 @@ def bench_methods(rec: "Recorder", suite: str, case: dict, methods: Dict[str, Ca
         extra = {"rel_err": err}
         if nbytes is not None:
             extra.update(bytes=int(nbytes), gbps=nbytes / (ms * 1e6))
+        if fields is not None:
+            extra.update(fields(ms))
         if torch.device(device).type == "cuda" and ms < HOST_TIME_BELOW_MS:
             extra["host_ms"] = host_ms(methods[method], device)
         rec.add(suite, case, method, ms, **extra)

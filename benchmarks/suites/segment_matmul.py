@@ -103,12 +103,12 @@ def run_cases(rec, device, quick):
                         ("segment_matmul_fwd", 1, {name: functools.partial(fn, x, w) for name, fn in fns.items()}, ref),
                         ("segment_matmul_fwdbwd", 3, {name: functools.partial(forward_backward, fn, xg, wg, grad)
                                                       for name, fn in fns.items()}, ref_grads)):
-                    first = len(rec.records)
-                    bench_methods(rec, suite, case, calls, want, device, CHECK_TOL[dname], budget_for(quick))
-                    for r in rec.records[first:]:
-                        if r["ms"] is not None:
-                            seconds = r["ms"] * 1e-3
-                            roofline = max(work * flops / (rate * 1e12), work * nbytes / (peak["gbps"] * 1e9))
-                            r.update(tflops=work * flops / seconds / 1e12, pct_roofline=100.0 * roofline / seconds)
+                    bench_methods(rec, suite, case, calls, want, device, CHECK_TOL[dname], budget_for(quick),
+                                  fields=functools.partial(roofline_fields, work * flops, work * nbytes, rate, peak))
                 del x, w, grad, x64, w64, ref, ref_grads, xg, wg
 
+
+def roofline_fields(flops, nbytes, rate, peak, ms):
+    seconds = ms * 1e-3
+    roofline = max(flops / (rate * 1e12), nbytes / (peak["gbps"] * 1e9))
+    return {"tflops": flops / seconds / 1e12, "pct_roofline": 100.0 * roofline / seconds}

@@ -198,7 +198,7 @@ def _cuda_backward(x: Tensor, plan, grad: Tensor, w: Optional[Tensor], determini
     """(the input gradient if ``w`` is given, else None; the weight gradient [T, K, N], or
     [T, K + 1, N] with the bias gradient in row K)."""
     if x.dtype == torch.float64:
-        grad_x = _segment_loop(grad, plan.bounds, w.transpose(1, 2), None) if w is not None else None
+        grad_x = _cuda_forward(grad, plan, w.transpose(1, 2)) if w is not None else None
         return grad_x, _segment_loop(x, plan.bounds, grad, None, weight_grad=True, bias_grad=bias_grad)
     return _triton_kernels().backward(x, plan, grad, w, bias_grad, deterministic)
 

@@ -251,18 +251,19 @@ class SegmentPlan:
         return hit
 
 
-class _FwdLaunch(NamedTuple):
+class _Launch(NamedTuple):
+    """One launch shape: its configuration, routing tables and grid."""
     cfg: SegmmConfig
     routing: Routing
     grid: tuple
 
 
-def _fwd_launch(p: SegmentPlan, cfg: SegmmConfig, N: int) -> _FwdLaunch:
+def _fwd_launch(p: SegmentPlan, cfg: SegmmConfig, N: int) -> _Launch:
     routing = p.routing(cfg.rows_per_prog, cfg.block_m, True)
-    return _FwdLaunch(cfg, routing, (routing.prog_ptr.numel() - 1, triton.cdiv(N, cfg.block_n), 1))
+    return _Launch(cfg, routing, (routing.prog_ptr.numel() - 1, triton.cdiv(N, cfg.block_n), 1))
 
 
-def _launch_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], out: Tensor, launch: _FwdLaunch,
+def _launch_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], out: Tensor, launch: _Launch,
                     precision: str) -> None:
     cfg, routing, grid = launch
     K, N = w.size(1), w.size(2)
@@ -302,17 +303,10 @@ def forward(x: Tensor, p: SegmentPlan, w: Tensor, bias: Optional[Tensor] = None,
     return out
 
 
-class _BwdLaunch(NamedTuple):
-    cfg: SegmmConfig
-    routing: Routing
-    grid: tuple
-    partials: bool  # some type has more than one item: the ordered reduction needs partials
-
-
-def _bwd_launch(p: SegmentPlan, cfg: SegmmConfig, K: int, N: int) -> _BwdLaunch:
+def _bwd_launch(p: SegmentPlan, cfg: SegmmConfig, K: int, N: int) -> _Launch:
     routing = p.routing(cfg.rows_per_prog, cfg.block_m, False)
-    grid = (routing.items.size(0), max(1, triton.cdiv(K, cfg.block_k)), triton.cdiv(N, cfg.block_n))
-    return _BwdLaunch(cfg, routing, grid, routing.max_items_per_type > 1)
+    return _Launch(cfg, routing, (routing.items.size(0), max(1, triton.cdiv(K, cfg.block_k)),
+                                     triton.cdiv(N, cfg.block_n)))
 
 
 def backward(x: Tensor, p: SegmentPlan, g: Tensor, w: Optional[Tensor] = None, bias_grad: bool = False,
@@ -333,7 +327,7 @@ def backward(x: Tensor, p: SegmentPlan, g: Tensor, w: Optional[Tensor] = None, b
     else:
         launch = p.launch(("bwd", K, N, x.dtype, w is not None),
                           lambda: _bwd_launch(p, _bwd_config(p, K, N, x.dtype, w is not None), K, N))
-    cfg, routing, grid, partials = launch
+    cfg, routing, grid = launch
     fused = w is not None and K > 0 and grid[1] == grid[2] == 1
     grad_x = torch.empty_like(x) if fused else None if w is None else forward(g, p, w.transpose(1, 2))
     rows = K + bias_grad
@@ -346,7 +340,7 @@ def backward(x: Tensor, p: SegmentPlan, g: Tensor, w: Optional[Tensor] = None, b
         grad_w = torch.zeros(T, rows, N, dtype=torch.float32, device=x.device)
     else:
         grad_w = torch.empty(T, rows, N, dtype=x.dtype, device=x.device)
-        if partials:
+        if routing.max_items_per_type > 1:  # the ordered reduction sums partials
             part = torch.empty(grid[0], rows, N, dtype=torch.float32, device=x.device)
             counters = p.counters(T * grid[1] * grid[2])
     part = grad_w if part is None else part
