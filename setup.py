@@ -31,8 +31,9 @@ def with_cuda() -> bool:
 def extension():
     sources = sorted(glob.glob(os.path.join(CSRC, "ops", "*.cpp")))
     sources += sorted(glob.glob(os.path.join(CSRC, "cpu", "*.cpp")))
+    sources += sorted(glob.glob(os.path.join(CSRC, "triton", "*.cpp")))  # launches Triton's CUDA kernels
     cxx = ["-O3", "-fopenmp"]
-    kwargs = dict(extra_link_args=["-fopenmp"])
+    kwargs = dict(extra_link_args=["-fopenmp", "-ldl"])
     if with_cuda():
         sources += sorted(glob.glob(os.path.join(CSRC, "cuda", "*.cu")))
         nvcc = ["-O3", "-lineinfo", "--expt-relaxed-constexpr", "-DWITH_CUDA"]

@@ -3,6 +3,7 @@
 CPU: C++ kernel (csrc/cpu/segment_matmul.cpp). CUDA: Triton kernels (pyg_fast/triton/
 segment_matmul.py), registered here as the op's CUDA implementation.
 """
+import warnings
 from typing import Optional, Tuple
 
 import torch
@@ -25,7 +26,8 @@ def segment_matmul(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Te
     ``M`` (it may be a CPU tensor for CUDA inputs, as pyg-lib recommends: no host sync),
     ``other`` is ``[T, K, N]`` and ``bias`` ``[T, N]``. Gradients flow to ``inputs``, ``other``
     and ``bias``. The weight gradient on CUDA is bitwise reproducible when ``deterministic`` is
-    True, or when it is None and ``torch.are_deterministic_algorithms_enabled()``.
+    True, or when it is None and ``torch.are_deterministic_algorithms_enabled()`` (read when the
+    forward runs).
     """
     check_float(inputs, "inputs")
     check_float(other, "other")
@@ -48,8 +50,13 @@ def segment_matmul(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Te
     if inputs.is_cuda and not _layout._compiling(inputs, other):
         plan = _cuda_plan(ptr, inputs.size(0), inputs.device)
         inputs, other = inputs.contiguous(), other.contiguous()
-        if torch.is_grad_enabled() and (inputs.requires_grad or other.requires_grad
-                                        or (bias is not None and bias.requires_grad)):
+        grad = torch.is_grad_enabled()
+        needs = (grad and inputs.requires_grad, grad and other.requires_grad,
+                 grad and bias is not None and bias.requires_grad)
+        program = _native_program(inputs, plan, other, bias, needs, deterministic)
+        if program is not None:
+            return torch.ops.pyg_fast.segment_matmul_program(inputs, other, bias, program)
+        if any(needs):
             return _EagerCUDA.apply(inputs, other, bias, deterministic, plan)
         return _cuda_forward(inputs, plan, other, bias)  # inference: no autograd node to build
     ptr = _layout.ptr_layout(ptr, inputs.size(0), covers_all=True).ptr
@@ -185,6 +192,30 @@ def _cuda_plan(ptr: Tensor, num_rows: int, device: torch.device):
         _layout.ptr_layout(ptr, num_rows, covers_all=True)  # raises on an invalid ptr
         return _triton_kernels().SegmentPlan(ptr, device)
     return _layout.cached(ptr, ("segmm_plan", num_rows, device), compute)
+
+
+def _native_program(x: Tensor, plan, w: Tensor, bias: Optional[Tensor], needs: Tuple[bool, bool, bool],
+                    deterministic: Optional[bool]):
+    """The C++ program that runs this call and its backward (kernels launched from C++, a C++
+    autograd node), built once per plan and call shape; None where Python launches the kernels:
+    float64 (cuBLAS loop), empty sizes, data not 16-byte aligned, a Triton launch hook set (a
+    profiler), or kernels the C++ launcher cannot describe (warned once)."""
+    if x.dtype == torch.float64 or (x.data_ptr() | w.data_ptr() | (0 if bias is None else bias.data_ptr())) & 15:
+        return None
+    kernels = _triton_kernels()
+    if not kernels.native_launch_allowed():
+        return None
+    deterministic = _use_deterministic(deterministic)
+    key = ("program", x.size(1), w.size(2), x.dtype, torch.backends.cuda.matmul.allow_tf32, bias is not None, needs,
+           deterministic)
+
+    def build():
+        try:
+            return kernels.native_program(x, plan, w, bias, *needs, deterministic)
+        except (NotImplementedError, RuntimeError) as e:  # the C++ launcher checks the kernels' parameters
+            warnings.warn(f"{e}; segment_matmul launches its kernels from Python instead")
+            return None
+    return plan.launch(key, build)
 
 
 def _cuda_forward(x: Tensor, plan, w: Tensor, bias: Optional[Tensor] = None) -> Tensor:

@@ -28,7 +28,7 @@ import triton.language as tl
 from torch import Tensor
 
 from pyg_fast.ops import _layout
-from pyg_fast.triton.launcher import Launcher
+from pyg_fast.triton.launcher import KernelCall, Launcher, Role, native_kernel, native_launch_allowed  # noqa: F401
 from pyg_fast.triton.segment_matmul_config import (
     ATOMIC_MIN_ITEMS,
     TUNER,
@@ -199,6 +199,7 @@ def _precision(dtype: torch.dtype) -> str:
 
 _fwd = Launcher(_segmm_fwd_kernel)
 _bwd = Launcher(_segmm_bwd_kernel)
+_MISSING = object()
 
 
 class SegmentPlan:
@@ -244,9 +245,10 @@ class SegmentPlan:
         return self._device_counts
 
     def launch(self, key: tuple, make):
-        """``make()``, memoised under ``key`` (configuration, routing and grid of one launch shape)."""
-        hit = self._launches.get(key)
-        if hit is None:
+        """``make()``, memoised under ``key`` (configuration, routing and grid of one launch shape,
+        or a C++ program)."""
+        hit = self._launches.get(key, _MISSING)
+        if hit is _MISSING:
             hit = self._launches[key] = make()
         return hit
 
@@ -263,16 +265,32 @@ def _fwd_launch(p: SegmentPlan, cfg: SegmmConfig, N: int) -> _Launch:
     return _Launch(cfg, routing, (routing.prog_ptr.numel() - 1, triton.cdiv(N, cfg.block_n), 1))
 
 
-def _launch_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], out: Tensor, launch: _Launch,
-                    precision: str) -> None:
+def _forward_launch(p: SegmentPlan, x: Tensor, w: Tensor, bias: Optional[Tensor], out: Tensor, precision: str,
+                    config: Optional[SegmmConfig]) -> _Launch:
+    K, N = w.size(1), w.size(2)
+    if config is not None:
+        return _fwd_launch(p, config, N)
+
+    def make():  # chosen once per (ptr, shapes, dtype): no per-call model cost
+        def bench(cfg):
+            call = _fwd_call(x, w, bias, out, _fwd_launch(p, cfg, N), precision)
+            return triton.testing.do_bench(call.run) if call is not None else 0.0
+        return _fwd_launch(p, TUNER.choose("fwd", p.counts, K, N, x.dtype, x.device, bench), N)
+    return p.launch(("fwd", K, N, x.dtype, precision), make)
+
+
+def _fwd_call(x: Tensor, w: Tensor, bias: Optional[Tensor], out: Tensor, launch: _Launch,
+              precision: str) -> Optional[KernelCall]:
+    """The forward kernel's launch, None where there is nothing to compute."""
     cfg, routing, grid = launch
     K, N = w.size(1), w.size(2)
     if grid[0] == 0 or N == 0:
-        return
+        return None
     widen = _WIDEN_BF16 and x.dtype == torch.bfloat16
-    _fwd(grid, (x, w, bias if bias is not None else w, out, routing.prog_ptr, routing.items),
-         (K, N, x.stride(0), w.stride(0), w.stride(1), w.stride(2), out.stride(0), bias is not None, precision, widen,
-          K <= cfg.block_k, cfg.block_m, cfg.block_n, cfg.block_k), cfg.num_warps, cfg.num_stages)
+    return KernelCall(_fwd, grid, (x, w, bias if bias is not None else w, out, routing.prog_ptr, routing.items),
+                      (K, N, x.stride(0), w.stride(0), w.stride(1), w.stride(2), out.stride(0), bias is not None,
+                       precision, widen, K <= cfg.block_k, cfg.block_m, cfg.block_n, cfg.block_k),
+                      cfg.num_warps, cfg.num_stages)
 
 
 def forward(x: Tensor, p: SegmentPlan, w: Tensor, bias: Optional[Tensor] = None,
@@ -290,16 +308,9 @@ def forward(x: Tensor, p: SegmentPlan, w: Tensor, bias: Optional[Tensor] = None,
             out += bias.repeat_interleave(p.device_counts(), dim=0, output_size=M)
         return out
     precision = _precision(x.dtype)
-    if config is not None:
-        launch = _fwd_launch(p, config, N)
-    else:  # chosen once per (ptr, shapes, dtype): no per-call model cost
-        def make():
-            def bench(cfg):
-                trial = _fwd_launch(p, cfg, N)
-                return triton.testing.do_bench(lambda: _launch_forward(x, w, bias, out, trial, precision))
-            return _fwd_launch(p, TUNER.choose("fwd", p.counts, K, N, x.dtype, x.device, bench), N)
-        launch = p.launch(("fwd", K, N, x.dtype, precision), make)
-    _launch_forward(x, w, bias, out, launch, precision)
+    call = _fwd_call(x, w, bias, out, _forward_launch(p, x, w, bias, out, precision, config), precision)
+    if call is not None:
+        call.run()
     return out
 
 
@@ -307,6 +318,54 @@ def _bwd_launch(p: SegmentPlan, cfg: SegmmConfig, K: int, N: int) -> _Launch:
     routing = p.routing(cfg.rows_per_prog, cfg.block_m, False)
     return _Launch(cfg, routing, (routing.items.size(0), max(1, triton.cdiv(K, cfg.block_k)),
                                      triton.cdiv(N, cfg.block_n)))
+
+
+def _backward_launch(p: SegmentPlan, K: int, N: int, dtype: torch.dtype, input_grad: bool,
+                     config: Optional[SegmmConfig]) -> _Launch:
+    if config is not None:
+        return _bwd_launch(p, config, K, N)
+    return p.launch(("bwd", K, N, dtype, input_grad),
+                    lambda: _bwd_launch(p, _bwd_config(p, K, N, dtype, input_grad), K, N))
+
+
+def _fuses_input_grad(launch: _Launch, K: int) -> bool:
+    """Whether the weight-gradient kernel also writes the input gradient (K and N in one tile)."""
+    return K > 0 and launch.grid[1] == launch.grid[2] == 1
+
+
+def _is_atomic(launch: _Launch, deterministic: bool) -> bool:
+    return not deterministic and launch.routing.max_items_per_type > ATOMIC_MIN_ITEMS
+
+
+def _weight_grad_buffers(p: SegmentPlan, launch: _Launch, x: Tensor, rows: int, N: int,
+                         atomic: bool) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+    """(the weight gradient's output, fp32 for atomics; the ordered reduction's fp32 partials and
+    arrival counters, None where each type has one item or the sums are atomic)."""
+    T, grid = p.num_types, launch.grid
+    if atomic:
+        return torch.zeros(T, rows, N, dtype=torch.float32, device=x.device), None, None
+    grad_w = torch.empty(T, rows, N, dtype=x.dtype, device=x.device)
+    if launch.routing.max_items_per_type <= 1:
+        return grad_w, None, None
+    return (grad_w, torch.empty(grid[0], rows, N, dtype=torch.float32, device=x.device),
+            p.counters(T * grid[1] * grid[2]))
+
+
+def _bwd_call(x: Tensor, w: Optional[Tensor], g: Tensor, grad_x: Optional[Tensor], grad_w: Tensor,
+              part: Optional[Tensor], counters: Optional[Tensor], launch: _Launch, bias_grad: bool,
+              atomic: bool) -> KernelCall:
+    """The weight-gradient kernel's launch; with ``w`` and ``grad_x`` it writes the input gradient too."""
+    cfg, routing, grid = launch
+    K, N = x.size(1), g.size(1)
+    # a tensor the kernel's branches leave unused is stood in for by another of the same dtype
+    wt, gx = (w, grad_x) if grad_x is not None else (x, x)
+    part = grad_w if part is None else part
+    counters = routing.type_items if counters is None else counters
+    return KernelCall(_bwd, grid, (x, wt, g, gx, grad_w, part, counters, routing.items, routing.type_items),
+                      (K, N, x.stride(0), wt.stride(0), wt.stride(1), wt.stride(-1), g.stride(0), gx.stride(0),
+                       grad_w.size(1) * N, grad_x is not None, bias_grad, atomic, _precision(x.dtype),
+                       _WIDEN_BF16 and x.dtype == torch.bfloat16, cfg.block_m, cfg.block_n, cfg.block_k),
+                      cfg.num_warps, cfg.num_stages)
 
 
 def backward(x: Tensor, p: SegmentPlan, g: Tensor, w: Optional[Tensor] = None, bias_grad: bool = False,
@@ -322,36 +381,58 @@ def backward(x: Tensor, p: SegmentPlan, g: Tensor, w: Optional[Tensor] = None, b
     ``ATOMIC_MIN_ITEMS`` items share a type, atomically into an fp32 buffer. ``config``
     overrides the default tiles."""
     T, K, N = p.num_types, x.size(1), g.size(1)
-    if config is not None:
-        launch = _bwd_launch(p, config, K, N)
-    else:
-        launch = p.launch(("bwd", K, N, x.dtype, w is not None),
-                          lambda: _bwd_launch(p, _bwd_config(p, K, N, x.dtype, w is not None), K, N))
-    cfg, routing, grid = launch
-    fused = w is not None and K > 0 and grid[1] == grid[2] == 1
+    launch = _backward_launch(p, K, N, x.dtype, w is not None, config)
+    fused = w is not None and _fuses_input_grad(launch, K)
     grad_x = torch.empty_like(x) if fused else None if w is None else forward(g, p, w.transpose(1, 2))
     rows = K + bias_grad
-    if N == 0 or rows == 0 or grid[0] == 0:  # nothing to compute, or no types
+    if N == 0 or rows == 0 or launch.grid[0] == 0:  # nothing to compute, or no types
         return grad_x, torch.zeros(T, rows, N, dtype=x.dtype, device=x.device)
-    # a tensor the kernel's branches leave unused is stood in for by another of the same dtype
-    atomic = not deterministic and routing.max_items_per_type > ATOMIC_MIN_ITEMS
-    part, counters = None, routing.type_items
-    if atomic:
-        grad_w = torch.zeros(T, rows, N, dtype=torch.float32, device=x.device)
-    else:
-        grad_w = torch.empty(T, rows, N, dtype=x.dtype, device=x.device)
-        if routing.max_items_per_type > 1:  # the ordered reduction sums partials
-            part = torch.empty(grid[0], rows, N, dtype=torch.float32, device=x.device)
-            counters = p.counters(T * grid[1] * grid[2])
-    part = grad_w if part is None else part
-    wt, gx = (w, grad_x) if fused else (x, x)
-    _bwd(grid, (x, wt, g, gx, grad_w, part, counters, routing.items, routing.type_items),
-         (K, N, x.stride(0), wt.stride(0), wt.stride(1), wt.stride(-1), g.stride(0), gx.stride(0), rows * N,
-          fused, bias_grad, atomic, _precision(x.dtype), _WIDEN_BF16 and x.dtype == torch.bfloat16,
-          cfg.block_m, cfg.block_n, cfg.block_k), cfg.num_warps, cfg.num_stages)
+    atomic = _is_atomic(launch, deterministic)
+    grad_w, part, counters = _weight_grad_buffers(p, launch, x, rows, N, atomic)
+    _bwd_call(x, w, g, grad_x if fused else None, grad_w, part, counters, launch, bias_grad, atomic).run()
     return grad_x, grad_w.to(x.dtype) if atomic else grad_w
 
 
 def _bwd_config(p: SegmentPlan, K: int, N: int, dtype: torch.dtype, input_grad: bool) -> SegmmConfig:
     ceil, num_sms = hardware(p.device)
     return bwd_config(K, N, dtype, size_stats(p.counts), num_sms, ceil, input_grad)
+
+
+def native_program(x: Tensor, p: SegmentPlan, w: Tensor, bias: Optional[Tensor], input_grad: bool,
+                   weight_grad: bool, bias_grad: bool, deterministic: bool):
+    """Forward and backward of one call shape as a ``torch.classes.pyg_fast.SegmmProgram``, which
+    ``torch.ops.pyg_fast.segment_matmul_program`` runs from C++: the same kernels, launches and
+    buffers as :func:`forward` and :func:`backward`, for 16-byte aligned contiguous ``x``, ``w``
+    and ``bias``. None where there is nothing to launch (empty sizes). Raises NotImplementedError
+    where a kernel cannot be launched from C++ (see :func:`native_kernel`)."""
+    M, K, N = x.size(0), w.size(1), w.size(2)
+    if not _fwd.compiles or M == 0 or K == 0 or N == 0:
+        return None
+    precision = _precision(x.dtype)
+    out = torch.empty(M, N, dtype=x.dtype, device=x.device)  # placeholders, to describe the launches
+    roles = {Role.INPUT: x, Role.WEIGHT: w, Role.BIAS: bias, Role.OUT: out}
+    call = _fwd_call(x, w, bias, out, _forward_launch(p, x, w, bias, out, precision, None), precision)
+    if call is None:
+        return None
+    program = torch.classes.pyg_fast.SegmmProgram(native_kernel(call, roles), M, K, N, p.num_types)
+    if not (input_grad or weight_grad or bias_grad):
+        return program
+    g = roles[Role.GRAD] = torch.empty_like(out)
+    grad_x = roles[Role.GRAD_INPUT] = torch.empty_like(x) if input_grad else None
+    fused = False
+    if weight_grad or bias_grad:
+        launch = _backward_launch(p, K, N, x.dtype, input_grad, None)
+        if launch.grid[0] == 0:
+            return None
+        fused = input_grad and _fuses_input_grad(launch, K)
+        atomic = _is_atomic(launch, deterministic)
+        grad_w, part, counters = _weight_grad_buffers(p, launch, x, K + bias_grad, N, atomic)
+        roles.update({Role.GRAD_WEIGHT: grad_w, Role.PARTIALS: part, Role.COUNTERS: counters})
+        call = _bwd_call(x, w, g, grad_x if fused else None, grad_w, part, counters, launch, bias_grad, atomic)
+        program.set_weight_grad(native_kernel(call, roles), weight_grad, bias_grad, atomic,
+                                0 if part is None else part.size(0), 0 if counters is None else counters.numel(), fused)
+    if input_grad and not fused:  # the forward kernel on the transposed weights
+        wt = w.transpose(1, 2)
+        call = _fwd_call(g, wt, None, grad_x, _forward_launch(p, g, wt, None, grad_x, precision, None), precision)
+        program.set_input_grad(native_kernel(call, roles))
+    return program

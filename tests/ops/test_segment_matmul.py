@@ -1,6 +1,7 @@
 import importlib.util
 import json
 import os
+import warnings
 
 import pytest
 import torch
@@ -128,6 +129,66 @@ def test_cuda_weight_grad_of_a_type_split_into_many_items(deterministic, monkeyp
     if deterministic:  # and again, bitwise (the arrival counters reset themselves)
         again = grads_of(segment_matmul(x, ptr, w, b, deterministic=True), grad, (x, w, b))
         for a, c in zip(got, again):
+            assert torch.equal(a, c)
+
+
+def _check_grads(x, ptr, w, b, out, grad):
+    """out and the gradients w.r.t. those of x, w, b that require them, against the float64 loop."""
+    tensors = (x, w, b)
+    refs = [None if t is None else t.detach().double().requires_grad_(t.requires_grad) for t in tensors]
+    ref = reference(refs[0], ptr, refs[1], refs[2])
+    assert_close(out, ref, torch.float32)
+    asked = [i for i, t in enumerate(tensors) if t is not None and t.requires_grad]
+    got = torch.autograd.grad(out, [tensors[i] for i in asked], grad)
+    want = torch.autograd.grad(ref, [refs[i] for i in asked], grad.double())
+    for g, r in zip(got, want):
+        assert_close(g, r, torch.float32)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("K,N", [(24, 40), (200, 72)])  # input gradient fused into the weight gradient's kernel, or not
+@pytest.mark.parametrize("needs", [(True, True, True), (True, True, False), (False, True, False),
+                                   (False, False, True), (True, False, False)])
+def test_cuda_native_program_for_every_set_of_gradients(K, N, needs):
+    """On CUDA the kernels are launched from C++ with a C++ autograd node (no fallback warning)."""
+    x, ptr, w, b = make([300, 0, 7, 1200], K, N, torch.float32, "cuda")
+    for t, need in zip((x, w, b), needs):
+        t.requires_grad_(need)
+    grad = torch.randn(x.size(0), N, device="cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2):  # the second call finds the program cached
+            out = segment_matmul(x, ptr, w, b)
+            assert "SegmmFunction" in out.grad_fn.name()
+            _check_grads(x, ptr, w, b, out, grad)
+        with torch.no_grad():
+            assert_close(segment_matmul(x, ptr, w, b), reference(x, ptr, w, b), torch.float32)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_unaligned_inputs_launch_from_python():
+    M, K, N, sizes = 40, 12, 8, [10, 30]
+    x = torch.randn(M * K + 1, device="cuda")[1:].view(M, K).requires_grad_()  # 4 bytes past an alignment
+    w = torch.randn(2, K, N, device="cuda", requires_grad=True)
+    ptr = ptr_of(sizes)
+    out = segment_matmul(x, ptr, w)
+    assert "SegmmFunction" not in out.grad_fn.name()
+    _check_grads(x, ptr, w, None, out, torch.randn(M, N, device="cuda"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_native_program_on_a_side_stream_is_bitwise_the_same():
+    """The ordered reduction's arrival counters are per stream (many items per type here)."""
+    x, ptr, w, b = make([20000, 5, 0, 700], 32, 48, torch.float32, "cuda")
+    grad = torch.randn(x.size(0), 48, device="cuda")
+    want = grads_of(segment_matmul(x, ptr, w, b, deterministic=True), grad, (x, w, b))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        got = [grads_of(segment_matmul(x, ptr, w, b, deterministic=True), grad, (x, w, b)) for _ in range(2)]
+    torch.cuda.current_stream().wait_stream(stream)
+    for run in got:
+        for a, c in zip(run, want):
             assert torch.equal(a, c)
 
 
