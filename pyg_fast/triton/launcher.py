@@ -53,9 +53,10 @@ class Launcher:
         run, function, packed_metadata, compiled = kernel
         stream = torch._C._cuda_getCurrentRawStream(key[0])
         args = (*tensors, *scalars)
-        # the same call as the end of JITFunction.run (profiling hooks included)
-        run(grid[0], grid[1], grid[2], stream, function, packed_metadata, compiled.launch_metadata(grid, stream, *args),
-            knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *args)
+        # the same call as the end of JITFunction.run, profiling hooks included where any is set
+        enter, exit_ = _active_hook(knobs.runtime.launch_enter_hook), _active_hook(knobs.runtime.launch_exit_hook)
+        metadata = compiled.launch_metadata(grid, stream, *args) if enter is not None or exit_ is not None else None
+        run(grid[0], grid[1], grid[2], stream, function, packed_metadata, metadata, enter, exit_, *args)
 
     def compile(self, grid: Tuple[int, int, int], tensors: Sequence[Tensor], scalars: tuple, num_warps: int,
                 num_stages: int) -> CompiledKernel:
@@ -97,9 +98,14 @@ class Role(enum.IntEnum):
 _PARAM_BYTES = {"i32": 4, "u32": 4, "i64": 8, "u64": 8}
 
 
+def _active_hook(hook):
+    """``hook``, or None where no hook is set (Triton 3.6+ keeps an empty HookChain by default)."""
+    return None if hook is None or not getattr(hook, "calls", True) else hook
+
+
 def native_launch_allowed() -> bool:
     """False while a Triton launch hook is set (a profiler): only Triton's own launcher calls it."""
-    return knobs.runtime.launch_enter_hook is None and knobs.runtime.launch_exit_hook is None
+    return _active_hook(knobs.runtime.launch_enter_hook) is None and _active_hook(knobs.runtime.launch_exit_hook) is None
 
 
 def native_kernel(call: KernelCall, roles: Dict[Role, Tensor]):
