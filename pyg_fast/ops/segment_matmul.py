@@ -3,6 +3,7 @@
 CPU: C++ kernel (csrc/cpu/segment_matmul.cpp). CUDA: Triton kernels (pyg_fast/triton/
 segment_matmul.py), registered here as the op's CUDA implementation.
 """
+import functools
 import warnings
 from typing import Optional, Tuple
 
@@ -55,7 +56,7 @@ def segment_matmul(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Te
                  grad and bias is not None and bias.requires_grad)
         program = _native_program(inputs, plan, other, bias, needs, deterministic)
         if program is not None:
-            return torch.ops.pyg_fast.segment_matmul_program(inputs, other, bias, program)
+            return _program_op()(inputs, other, bias, program)
         if any(needs):
             return _EagerCUDA.apply(inputs, other, bias, deterministic, plan)
         return _cuda_forward(inputs, plan, other, bias)  # inference: no autograd node to build
@@ -192,6 +193,14 @@ def _cuda_plan(ptr: Tensor, num_rows: int, device: torch.device):
         _layout.ptr_layout(ptr, num_rows, covers_all=True)  # raises on an invalid ptr
         return _triton_kernels().SegmentPlan(ptr, device)
     return _layout.cached(ptr, ("segmm_plan", num_rows, device), compute)
+
+
+@functools.lru_cache(maxsize=None)
+def _program_op():
+    """torch.ops.pyg_fast.segment_matmul_program's C++ callable: the Python wrapper looks for fake
+    script objects (torch.compile's) in the arguments on every call, and this path is eager only."""
+    overload = torch.ops.pyg_fast.segment_matmul_program.default
+    return getattr(overload, "_op", overload)
 
 
 def _native_program(x: Tensor, plan, w: Tensor, bias: Optional[Tensor], needs: Tuple[bool, bool, bool],

@@ -19,6 +19,10 @@ struct Driver {
                        unsigned shared, void* stream, void** params, void** extra) = nullptr;
   int (*param_info)(void* f, size_t index, size_t* offset, size_t* size) = nullptr;  // CUDA >= 12.4
   int (*error_string)(int error, const char** text) = nullptr;
+  int (*ctx_get_current)(void** ctx) = nullptr;
+  int (*ctx_set_current)(void* ctx) = nullptr;
+  int (*device_get)(int* device, int ordinal) = nullptr;
+  int (*primary_ctx_retain)(void** ctx, int device) = nullptr;
 };
 
 const Driver& driver() {
@@ -29,9 +33,14 @@ const Driver& driver() {
     d.launch_kernel = reinterpret_cast<decltype(d.launch_kernel)>(dlsym(lib, "cuLaunchKernel"));
     d.param_info = reinterpret_cast<decltype(d.param_info)>(dlsym(lib, "cuFuncGetParamInfo"));
     d.error_string = reinterpret_cast<decltype(d.error_string)>(dlsym(lib, "cuGetErrorString"));
-    TORCH_CHECK(d.launch_kernel && d.param_info && d.error_string,
-                "pyg_fast: the CUDA driver lacks cuLaunchKernel, cuFuncGetParamInfo or cuGetErrorString "
-                "(a driver for CUDA 12.4 or newer is needed to launch Triton kernels from C++)");
+    d.ctx_get_current = reinterpret_cast<decltype(d.ctx_get_current)>(dlsym(lib, "cuCtxGetCurrent"));
+    d.ctx_set_current = reinterpret_cast<decltype(d.ctx_set_current)>(dlsym(lib, "cuCtxSetCurrent"));
+    d.device_get = reinterpret_cast<decltype(d.device_get)>(dlsym(lib, "cuDeviceGet"));
+    d.primary_ctx_retain = reinterpret_cast<decltype(d.primary_ctx_retain)>(dlsym(lib, "cuDevicePrimaryCtxRetain"));
+    TORCH_CHECK(d.launch_kernel && d.param_info && d.error_string && d.ctx_get_current && d.ctx_set_current &&
+                    d.device_get && d.primary_ctx_retain,
+                "pyg_fast: the CUDA driver lacks an entry point this launcher uses (a driver for CUDA 12.4 or "
+                "newer is needed to launch Triton kernels from C++)");
     return d;
   }();
   return loaded;
@@ -44,6 +53,23 @@ std::string driver_error(int code) {
 }
 
 constexpr int kCudaErrorInvalidValue = 1;
+
+void check_driver(int status, const char* what) {
+  TORCH_CHECK(status == 0, "pyg_fast: ", what, " failed: ", driver_error(status));
+}
+
+// A thread that has not used CUDA through the runtime yet (autograd's device threads, say) has no
+// current context, which cuLaunchKernel needs: make the device's primary context current, as
+// the runtime (and Triton's launcher) would.
+void ensure_context(c10::DeviceIndex device) {
+  void* ctx = nullptr;
+  check_driver(driver().ctx_get_current(&ctx), "cuCtxGetCurrent");
+  if (ctx != nullptr) return;
+  int handle = 0;
+  check_driver(driver().device_get(&handle, device), "cuDeviceGet");
+  check_driver(driver().primary_ctx_retain(&ctx, handle), "cuDevicePrimaryCtxRetain");
+  check_driver(driver().ctx_set_current(ctx), "cuCtxSetCurrent");
+}
 
 unsigned as_unsigned(int64_t value, const char* what) {
   TORCH_CHECK(value >= 0 && value <= UINT32_MAX, "pyg_fast: TritonKernel ", what, " out of range: ",
@@ -81,7 +107,7 @@ TritonKernel::TritonKernel(int64_t function, int64_t device, std::vector<int64_t
     size_t offset = 0, size = 0;
     int status = driver().param_info(function_, count, &offset, &size);
     if (status == kCudaErrorInvalidValue) break;
-    TORCH_CHECK(status == 0, "pyg_fast: cuFuncGetParamInfo failed: ", driver_error(status));
+    check_driver(status, "cuFuncGetParamInfo");
     if (count < param_bytes.size()) {
       TORCH_CHECK(static_cast<int64_t>(size) == param_bytes[count], "pyg_fast: Triton kernel parameter ",
                   std::to_string(count), " has ", std::to_string(size), " bytes, described as ",
@@ -114,9 +140,10 @@ void TritonKernel::launch(const RoleTensors& tensors) const {
     params[i] = &values[i];
   }
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::CUDA, device_));
+  ensure_context(device_);
   int status = driver().launch_kernel(function_, grid_[0], grid_[1], grid_[2], num_threads_, 1, 1, shared_bytes_,
                                       current_cuda_stream(device_), params.data(), nullptr);
-  TORCH_CHECK(status == 0, "pyg_fast: launching a Triton kernel failed: ", driver_error(status));
+  check_driver(status, "launching a Triton kernel");
 }
 
 }  // namespace pyg_fast
