@@ -41,6 +41,7 @@ for ds in ("AIFB", "IMDB", "MUTAG", "DBLP"):
             row.append(f"{name} {time_ms(fn, 20, 200):.4f} ms host {res[0]:.0f}/{res[1]:.0f} us")
         sm._native_program = native
         print(f"{ds} K={K} bf16 fwd+bwd: " + " | ".join(row), flush=True)
-        fwd = {"native": lambda: segment_matmul(x.detach(), ptr, w.detach()), "gmm": lambda: torch._grouped_mm(x.detach(), w.detach(), offs=offs)}
+        xd, wd = x.detach(), w.detach()
+        fwd = {"native": lambda: segment_matmul(xd, ptr, wd), "gmm": lambda: torch._grouped_mm(xd, wd, offs=offs)}
         with torch.no_grad():
             print(f"{ds} K={K} bf16 fwd no_grad host: " + " | ".join(f"{n} {per_call_us(f):.1f} us" for n, f in fwd.items()), flush=True)
