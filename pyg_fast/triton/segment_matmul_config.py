@@ -9,9 +9,10 @@ Routing (FASTEN's tiling): each segment is split into *items* of at most ``rows_
 over its items in ``block_m`` row tiles.
 
 Performance model (FASTEN's waves x per-wave time): a launch runs in
-``ceil(programs * n_tiles / (SMs * programs per SM))`` waves, and each wave takes as long as
-one program: the larger of its tensor-core time and its memory time, plus a fixed cost per
-program and per item. Rows padded up to ``block_m`` count as work, which is what makes small
+``programs * n_tiles / (SMs * programs per SM)`` waves (at least one; not rounded up: the SMs
+take programs as they free up, so a last partial wave costs its share), and each wave takes as
+long as one program: the larger of its tensor-core time and its memory time, plus a fixed cost
+per program and per item. Rows padded up to ``block_m`` count as work, which is what makes small
 ``block_m`` win for tiny segments (the utilisation factor).
 """
 import json
@@ -48,7 +49,8 @@ class ModelConstants(NamedTuple):
 
 
 # Fitted to benchmarks/results/segment_matmul_sweep_h100.jsonl (48 cases): the pick's measured time over the
-# best candidate's is 1.051 in geometric mean (1.080 with the constants of session 9).
+# best candidate's is 1.043 in geometric mean (1.051 with whole waves, 1.080 with session 9's constants).
+# Whole waves tied 32- and 64-row tiles at K = N = 128 in bf16 and picked the 8-11% slower 32-row ones.
 MODEL = ModelConstants(program_overhead_us=0.0, item_overhead_us=0.05, load_latency_us=10.0,
                        max_rows_per_prog_per_byte=128)
 
@@ -148,7 +150,7 @@ def model_time_us(cfg: SegmmConfig, counts: Tensor, K: int, N: int, dtype: torch
     n_tiles = math.ceil(N / cfg.block_n)
     per_sm = max(1, 4 * 128 * 128 // (cfg.block_m * cfg.block_n * cfg.num_warps // 4))
     per_sm = max(1, min(per_sm, 8, ceil["smem_kb"] * 1024 // fwd_smem_bytes(cfg, elt)))
-    waves = math.ceil(programs * n_tiles / (num_sms * per_sm))
+    waves = max(1.0, programs * n_tiles / (num_sms * per_sm))
     rows = padded / programs
     items_per_prog = items.sum().item() / programs
     flops = 2.0 * rows * K * cfg.block_n
