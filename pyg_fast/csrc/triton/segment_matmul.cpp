@@ -140,6 +140,9 @@ class SegmmFunction : public torch::autograd::Function<SegmmFunction> {
 
 at::Tensor segment_matmul_program(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias,
                                   const c10::intrusive_ptr<SegmmProgram>& program) {
+  const bool needs_grad = at::GradMode::is_enabled() &&
+                          (x.requires_grad() || w.requires_grad() || (bias.has_value() && bias->requires_grad()));
+  if (!needs_grad) return program->forward(x, w, bias);  // inference: no autograd node to build
   return SegmmFunction::apply(x, w, bias, program);
 }
 
