@@ -5,6 +5,7 @@ segment_matmul.py), registered here as the op's CUDA implementation.
 """
 import functools
 import warnings
+import weakref
 from typing import Optional, Tuple
 
 import torch
@@ -54,9 +55,9 @@ def segment_matmul(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Te
         grad = torch.is_grad_enabled()
         needs = (grad and inputs.requires_grad, grad and other.requires_grad,
                  grad and bias is not None and bias.requires_grad)
-        program = _native_program(inputs, plan, other, bias, needs, deterministic)
-        if program is not None:
-            return _program_op()(inputs, other, bias, program)
+        handle = _native_program(inputs, plan, other, bias, needs, deterministic)
+        if handle is not None:
+            return _program_op()(inputs, other, bias, handle)
         if any(needs):
             return _EagerCUDA.apply(inputs, other, bias, deterministic, plan)
         return _cuda_forward(inputs, plan, other, bias)  # inference: no autograd node to build
@@ -197,16 +198,17 @@ def _cuda_plan(ptr: Tensor, num_rows: int, device: torch.device):
 
 @functools.lru_cache(maxsize=None)
 def _program_op():
-    """torch.ops.pyg_fast.segment_matmul_program's C++ callable: the Python wrapper looks for fake
-    script objects (torch.compile's) in the arguments on every call, and this path is eager only."""
+    """torch.ops.pyg_fast.segment_matmul_program's C++ callable, without the Python wrapper's
+    per-call checks (this path is eager only)."""
     overload = torch.ops.pyg_fast.segment_matmul_program.default
     return getattr(overload, "_op", overload)
 
 
 def _native_program(x: Tensor, plan, w: Tensor, bias: Optional[Tensor], needs: Tuple[bool, bool, bool],
                     deterministic: Optional[bool]):
-    """The C++ program that runs this call and its backward (kernels launched from C++, a C++
-    autograd node), built once per plan and call shape; None where Python launches the kernels:
+    """The handle of the C++ program that runs this call and its backward (kernels launched from
+    C++, a C++ autograd node), built once per plan and call shape and released with the plan;
+    None where Python launches the kernels:
     float64 (cuBLAS loop), empty sizes, data not 16-byte aligned, a Triton launch hook set (a
     profiler), or kernels the C++ launcher cannot describe (warned once)."""
     if x.dtype == torch.float64 or (x.data_ptr() | w.data_ptr() | (0 if bias is None else bias.data_ptr())) & 15:
@@ -221,10 +223,15 @@ def _native_program(x: Tensor, plan, w: Tensor, bias: Optional[Tensor], needs: T
 
     def build():
         try:
-            return kernels.native_program(x, plan, w, bias, *needs, deterministic)
+            program = kernels.native_program(x, plan, w, bias, *needs, deterministic)
         except (NotImplementedError, RuntimeError) as e:  # the C++ launcher checks the kernels' parameters
             warnings.warn(f"{e}; segment_matmul launches its kernels from Python instead")
             return None
+        if program is None:
+            return None
+        handle = program.handle()  # an int: far cheaper to pass per call than the object
+        weakref.finalize(plan, torch.ops.pyg_fast.segment_matmul_program_release, handle).atexit = False
+        return handle
     return plan.launch(key, build)
 
 

@@ -165,6 +165,13 @@ def test_cuda_native_program_for_every_set_of_gradients(K, N, needs):
             assert_close(segment_matmul(x, ptr, w, b), reference(x, ptr, w, b), torch.float32)
 
 
+def test_unknown_program_handle_raises_a_clear_error():
+    x, w = torch.randn(4, 3), torch.randn(1, 3, 2)
+    with pytest.raises(RuntimeError, match="no segment_matmul program has handle 123456789"):
+        torch.ops.pyg_fast.segment_matmul_program(x, w, None, 123456789)
+    torch.ops.pyg_fast.segment_matmul_program_release(123456789)  # releasing an unknown handle is harmless
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_unaligned_inputs_launch_from_python():
     M, K, N, sizes = 40, 12, 8, [10, 30]

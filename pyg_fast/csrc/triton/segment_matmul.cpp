@@ -118,6 +118,38 @@ class SegmmProgram : public torch::CustomClassHolder {
 
 namespace {
 
+// Programs by integer handle: an op argument of a torchbind type costs about 10 us of binding
+// per call from Python, an int well under 1 us. Python releases a handle when the plan that
+// cached it dies; an autograd node keeps its own reference.
+class ProgramRegistry {
+ public:
+  int64_t add(c10::intrusive_ptr<SegmmProgram> program) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    programs_.emplace(next_, std::move(program));
+    return next_++;
+  }
+  void release(int64_t handle) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    programs_.erase(handle);
+  }
+  c10::intrusive_ptr<SegmmProgram> find(int64_t handle) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = programs_.find(handle);
+    TORCH_CHECK(found != programs_.end(), "pyg_fast: no segment_matmul program has handle ", std::to_string(handle));
+    return found->second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<int64_t, c10::intrusive_ptr<SegmmProgram>> programs_;
+  int64_t next_ = 1;
+};
+
+ProgramRegistry& registry() {
+  static ProgramRegistry programs;
+  return programs;
+}
+
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -139,7 +171,8 @@ class SegmmFunction : public torch::autograd::Function<SegmmFunction> {
 };
 
 at::Tensor segment_matmul_program(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias,
-                                  const c10::intrusive_ptr<SegmmProgram>& program) {
+                                  int64_t handle) {
+  const auto program = registry().find(handle);
   const bool needs_grad = at::GradMode::is_enabled() &&
                           (x.requires_grad() || w.requires_grad() || (bias.has_value() && bias->requires_grad()));
   if (!needs_grad) return program->forward(x, w, bias);  // inference: no autograd node to build
@@ -154,11 +187,15 @@ TORCH_LIBRARY_FRAGMENT(pyg_fast, m) {
   m.class_<SegmmProgram>("SegmmProgram")
       .def(torch::init<SegmmProgram::Kernel, int64_t, int64_t, int64_t, int64_t>())
       .def("set_weight_grad", &SegmmProgram::set_weight_grad)
-      .def("set_input_grad", &SegmmProgram::set_input_grad);
-  // segment_matmul on CUDA, eager mode, through a program from pyg_fast/triton/eager.py (its
-  // Python caller checks the arguments); differentiable w.r.t. x, w and bias.
-  m.def(
-      "segment_matmul_program(Tensor x, Tensor w, Tensor? bias, "
-      "__torch__.torch.classes.pyg_fast.SegmmProgram program) -> Tensor",
-      torch::dispatch(c10::DispatchKey::CompositeImplicitAutograd, &pyg_fast::segment_matmul_program));
+      .def("set_input_grad", &SegmmProgram::set_input_grad)
+      // a handle for segment_matmul_program, valid until segment_matmul_program_release
+      .def("handle", [](const c10::intrusive_ptr<SegmmProgram>& self) { return pyg_fast::registry().add(self); });
+  m.def("segment_matmul_program_release(int program) -> ()",
+        torch::dispatch(c10::DispatchKey::CompositeImplicitAutograd,
+                        [](int64_t handle) { pyg_fast::registry().release(handle); }));
+  // segment_matmul on CUDA, eager mode, through the program of a handle (pyg_fast/triton/
+  // segment_matmul.py builds it; its Python caller checks the arguments); differentiable w.r.t.
+  // x, w and bias.
+  m.def("segment_matmul_program(Tensor x, Tensor w, Tensor? bias, int program) -> Tensor",
+        torch::dispatch(c10::DispatchKey::CompositeImplicitAutograd, &pyg_fast::segment_matmul_program));
 }
