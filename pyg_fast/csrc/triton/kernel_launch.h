@@ -12,7 +12,7 @@
 namespace pyg_fast {
 
 // The tensors of one call of a program, by role. A kernel parameter that is a tensor's data
-// pointer names its role; pyg_fast/triton/eager.py mirrors these numbers.
+// pointer names its role; Role in pyg_fast/triton/launcher.py mirrors these numbers.
 enum Role : int64_t {
   kInput = 0,
   kWeight = 1,
@@ -28,7 +28,7 @@ enum Role : int64_t {
 using RoleTensors = std::vector<at::Tensor>;  // kNumRoles entries, undefined where unused
 
 // One compiled Triton kernel with its grid, block and every argument fixed except the data
-// pointers of the call's tensors. Built once per launch shape by pyg_fast/triton/eager.py.
+// pointers of the call's tensors. Built once per launch shape by native_kernel in pyg_fast/triton/launcher.py.
 class TritonKernel : public torch::CustomClassHolder {
  public:
   // function: the CUfunction (Triton's CompiledKernel.function) loaded on CUDA device `device`;

@@ -14,7 +14,7 @@
 
 namespace pyg_fast {
 
-// Everything one call of segment_matmul runs, built by pyg_fast/triton/eager.py.
+// Everything one call of segment_matmul runs, built by native_program in pyg_fast/triton/segment_matmul.py.
 class SegmmProgram : public torch::CustomClassHolder {
  public:
   using Kernel = c10::intrusive_ptr<TritonKernel>;
