@@ -184,6 +184,34 @@ def test_cuda_unaligned_inputs_launch_from_python():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_kernels_the_cpp_launcher_refuses_warn_and_launch_from_python(monkeypatch):
+    from pyg_fast.triton import segment_matmul as kernels
+
+    def refuse(*args, **kwargs):
+        raise NotImplementedError("pyg_fast: refused for the test")
+    monkeypatch.setattr(kernels, "native_program", refuse)
+    x, ptr, w, b = make([30, 0, 70], 16, 24, torch.float32, "cuda")
+    with pytest.warns(UserWarning, match="refused for the test; segment_matmul launches its kernels from Python"):
+        out = segment_matmul(x, ptr, w, b)
+    assert "SegmmFunction" not in out.grad_fn.name()
+    _check_grads(x, ptr, w, b, out, torch.randn(x.size(0), 24, device="cuda"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_triton_launch_hook_sees_every_launch(monkeypatch):
+    """A profiler's Triton launch hook turns the C++ launches off: every launch reaches it."""
+    from triton import knobs
+    seen = []
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda metadata: seen.append(metadata))
+    x, ptr, w, b = make([30, 0, 70], 16, 24, torch.float32, "cuda")
+    for _ in range(2):  # the second call goes through the cached launcher
+        out = segment_matmul(x, ptr, w, b)
+        assert "SegmmFunction" not in out.grad_fn.name()
+        _check_grads(x, ptr, w, b, out, torch.randn(x.size(0), 24, device="cuda"))
+    assert len(seen) >= 4  # a forward and a backward launch per call
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_native_program_on_a_side_stream_is_bitwise_the_same():
     """The ordered reduction's arrival counters are per stream (many items per type here)."""
     x, ptr, w, b = make([20000, 5, 0, 700], 32, 48, torch.float32, "cuda")
