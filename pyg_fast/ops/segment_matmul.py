@@ -148,10 +148,10 @@ segment_matmul_op = differentiable("segment_matmul", _backward, _setup_context)
 
 
 class _EagerCUDA(torch.autograd.Function):
-    """The registered op's CUDA kernels and gradients, called without the dispatcher and the
-    custom-op autograd wrappers: in eager mode those cost tens of microseconds per call, which
-    is most of a small heterogeneous layer's step. Everything derived from ptr comes with the
-    plan, so a step looks nothing up; the bias gradient comes out of the weight-gradient kernel.
+    """The registered op's CUDA kernels and gradients launched from Python, where the C++ program
+    does not run (see :func:`_native_program`); called without the dispatcher and the custom-op
+    autograd wrappers, which cost tens of microseconds per call in eager mode. Everything derived
+    from ptr comes with the plan; the bias gradient comes out of the weight-gradient kernel.
     ``torch.compile`` traces the registered op."""
 
     @staticmethod
@@ -207,10 +207,10 @@ def _program_op():
 def _native_program(x: Tensor, plan, w: Tensor, bias: Optional[Tensor], needs: Tuple[bool, bool, bool],
                     deterministic: Optional[bool]):
     """The handle of the C++ program that runs this call and its backward (kernels launched from
-    C++, a C++ autograd node), built once per plan and call shape and released with the plan;
-    None where Python launches the kernels:
-    float64 (cuBLAS loop), empty sizes, data not 16-byte aligned, a Triton launch hook set (a
-    profiler), or kernels the C++ launcher cannot describe (warned once)."""
+    C++, a C++ autograd node), built once per plan and call shape and released with the plan.
+    None where Python launches the kernels: float64 (cuBLAS loop), empty sizes, data not 16-byte
+    aligned, a Triton launch hook set (a profiler), or kernels the C++ launcher cannot describe
+    (warned once)."""
     if x.dtype == torch.float64 or (x.data_ptr() | w.data_ptr() | (0 if bias is None else bias.data_ptr())) & 15:
         return None
     kernels = _triton_kernels()
