@@ -217,8 +217,7 @@ def _native_program(x: Tensor, plan, w: Tensor, bias: Optional[Tensor], needs: T
     if not kernels.native_launch_allowed():
         return None
     deterministic = _use_deterministic(deterministic)
-    # the TF32 switch as torch.backends.cuda.matmul.allow_tf32 reads it, without its 1.5 us property
-    key = ("program", x.size(1), w.size(2), x.dtype, torch._C._get_cublas_allow_tf32(), bias is not None, needs,
+    key = ("program", x.size(1), w.size(2), x.dtype, kernels.dot_precision(x.dtype), bias is not None, needs,
            deterministic)
 
     def build():
