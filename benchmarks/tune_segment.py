@@ -4,6 +4,8 @@ the GPU and writes the rule table that pyg_fast.tuning reads (pyg_fast/tuning/ru
     python -m benchmarks.tune_segment --out DIR    # writes DIR/rules.json and DIR/sweep.jsonl
     python -m benchmarks.tune_segment --out DIR --from-jsonl sweep.jsonl   # rules from a (partial) sweep
     python -m benchmarks.tune_segment --out DIR --features 1,4,16 --merge old.jsonl   # re-sweep some F only
+    python -m benchmarks.tune_segment --out DIR --from-jsonl new.jsonl --merge old.jsonl --changed edges
+        # rules from a re-sweep after one schedule's kernel changed (the others keep their lower timing)
 
 Every configuration's output is checked against torch before it is timed. The table keeps,
 for each input measured, the fastest configuration and the input's features; at run time
@@ -112,14 +114,10 @@ def sweep(device: str, quick: bool, out_dir: str, feature_sizes=FEATURE_SIZES):
                     tuning.set_override(None)
             baseline = time_ms(lambda: torch.zeros(num_nodes, num_features, device=device).index_add_(
                 0, dst, rows[src] if gather else rows), *SWEEP_BUDGET)
-            best_ms, best = min(timings, key=lambda t: t[0])
-            geot_ms, geot_best = min((t for t in timings if t[1]["schedule"] not in tuning.GRAPH_AWARE),
-                                     key=lambda t: t[0])
             feats = tuning.features(num_edges, num_nodes, num_features, 4, gather, max_degree)
             results.append(dict(graph=graph, num_nodes=num_nodes, num_edges=num_edges, max_degree=max_degree,
-                                F=num_features, gather=gather, features=feats, best=best, best_ms=best_ms,
-                                geot_best=geot_best, geot_best_ms=geot_ms, index_add_ms=baseline,
-                                all=[dict(ms=ms, **p) for ms, p in timings]))
+                                F=num_features, gather=gather, features=feats, **_bests(timings),
+                                index_add_ms=baseline, all=[dict(ms=ms, **p) for ms, p in timings]))
             with open(os.path.join(out_dir, "sweep.jsonl"), "a") as f:
                 f.write(json.dumps(results[-1]) + "\n")
             print(f"{graph} V={num_nodes} E={num_edges} maxdeg={max_degree} F={num_features} "
@@ -167,11 +165,33 @@ def fit_weights(results) -> list:
     return best[2]
 
 
-def merged(old, new):
-    """The ``old`` sweep results with every input that ``new`` measured again replaced by ``new``'s."""
+def merged(old, new, changed=None):
+    """The ``old`` sweep results with every input that ``new`` measured again replaced by ``new``'s.
+
+    With ``changed`` (schedule names whose kernels changed between the sweeps), a configuration of
+    any other schedule keeps the lower of its two timings: the same kernel measured twice, where a
+    host stall or another tenant can only add time (small inputs, where a window may catch the
+    host, move by up to 30x between sweeps)."""
     key = lambda r: (r["graph"], r["F"], r["gather"])
     fresh = {key(r) for r in new}
-    return [r for r in old if key(r) not in fresh] + list(new)
+    results = [r for r in old if key(r) not in fresh]
+    if changed is None:
+        return results + list(new)
+    earlier = {key(r): r for r in old}
+    config = lambda t: tuple(sorted((k, v) for k, v in t.items() if k != "ms"))
+    for r in new:
+        before = {config(t): t["ms"] for t in earlier.get(key(r), {}).get("all", [])}
+        timings = [(t["ms"] if t["schedule"] in changed else min(t["ms"], before.get(config(t), t["ms"])),
+                    {k: v for k, v in t.items() if k != "ms"}) for t in r["all"]]
+        results.append(dict(r, **_bests(timings), all=[dict(ms=ms, **p) for ms, p in timings]))
+    return results
+
+
+def _bests(timings) -> dict:
+    """The fastest configuration overall and the fastest of GeoT's, from (ms, params) pairs."""
+    best_ms, best = min(timings, key=lambda t: t[0])
+    geot_ms, geot_best = min((t for t in timings if t[1]["schedule"] not in tuning.GRAPH_AWARE), key=lambda t: t[0])
+    return dict(best=best, best_ms=best_ms, geot_best=geot_best, geot_best_ms=geot_ms)
 
 
 def write_rules(results, out_dir: str, device_name: str) -> None:
@@ -196,6 +216,9 @@ def main():
     parser.add_argument("--device-name", default=None, help="recorded in the rules' source (with --from-jsonl)")
     parser.add_argument("--features", default=None, help="comma-separated feature sizes to sweep (default: all)")
     parser.add_argument("--merge", help="an earlier sweep.jsonl whose inputs not swept again join the rules")
+    parser.add_argument("--changed", default=None,
+                        help="with --merge: comma-separated schedules whose kernels changed since that sweep; "
+                             "the other schedules keep the lower of their two timings")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     if args.from_jsonl:
@@ -206,7 +229,8 @@ def main():
         results = sweep("cuda", args.quick, args.out, sizes)
         device_name = torch.cuda.get_device_name()
     if args.merge:
-        results = merged(read_jsonl(args.merge), results)
+        changed = set(args.changed.split(",")) if args.changed else None
+        results = merged(read_jsonl(args.merge), results, changed)
     write_rules(results, args.out, device_name)
 
 

@@ -75,3 +75,21 @@ def test_merge_results_keeps_the_origin_of_each_suite():
     second = merge([first, run("c", ["z"])])
     assert [(r["commit"], r["suites"]) for r in second["env"]["runs"]] == [("a", ["x"]), ("b", ["y"]), ("c", ["z"])]
     assert sorted(r["suite"] for r in second["records"]) == ["x", "y", "z"]
+
+
+def test_sweep_merge_keeps_lower_timing_of_unchanged_schedules():
+    """A re-sweep merged with ``changed``: unchanged schedules keep the lower of their two timings,
+    changed ones take the new timing, and the bests are recomputed from the merged timings."""
+    from benchmarks.tune_segment import merged
+    row, edges, groups = (dict(schedule=s, max_lanes=32, threads=256, chunk=c)
+                          for s, c in (("row", 256), ("edges", 1024), ("groups", 0)))
+    entry = lambda F, timings: dict(graph="g", F=F, gather=False, all=[dict(ms=ms, **p) for ms, p in timings])
+    old = [entry(1, [(0.010, row), (0.030, edges), (0.008, groups)]), entry(32, [(0.5, row)])]
+    new = [entry(1, [(0.090, row), (0.020, edges), (0.040, groups)])]
+    by_f = {r["F"]: r for r in merged(old, new, changed={"edges"})}
+    assert [t["ms"] for t in by_f[1]["all"]] == [0.010, 0.020, 0.008]
+    assert (by_f[1]["best"], by_f[1]["best_ms"]) == (groups, 0.008)
+    assert (by_f[1]["geot_best"], by_f[1]["geot_best_ms"]) == (row, 0.010)
+    assert by_f[32] is old[1]
+    plain = {r["F"]: r for r in merged(old, new)}
+    assert plain[1] is new[0]

@@ -24,9 +24,10 @@ A config is ``[schedule, lanes, vector width, threads per block, rows per chunk 
   block-level combine in shared memory; needs the per-graph group table;
 - ``balanced`` (G-Sparse): one warp per segment in degree-sorted order, staged indices, strided
   register tiles; needs the per-graph row order;
-- ``edges`` (GeoT parallel, across segments): one warp per fixed-size chunk of rows, lanes over
-  consecutive rows with a warp-segmented scan; for small F, where a lane per feature leaves
-  lanes idle and a group per segment leaves lanes idle on short segments.
+- ``edges`` (GeoT parallel, across segments): one warp per fixed-size chunk of rows; each group of
+  lanes walks a run of consecutive rows sequentially and a warp-segmented scan joins the runs;
+  for small F, where a lane per feature leaves lanes idle and a group per segment leaves lanes
+  idle on short segments.
 
 Graph-aware layouts are built once per graph (cached with its CSR pointer, reused by the
 forward and backward passes), from the second reduction over the same graph on: a graph used

@@ -164,6 +164,7 @@ SCHEDULE_PARAMS = [dict(schedule="row", max_lanes=32, threads=128, chunk=256),
                    dict(schedule="chunk", max_lanes=4, threads=256, chunk=64),
                    dict(schedule="edges", max_lanes=32, threads=256, chunk=64),
                    dict(schedule="edges", max_lanes=1, threads=64, chunk=100),  # chunks not of whole steps
+                   dict(schedule="edges", max_lanes=4, threads=128, chunk=37),  # runs of 4 feature lanes
                    dict(schedule="groups", max_lanes=32, threads=128, chunk=4),
                    dict(schedule="groups", max_lanes=0, threads=256, chunk=0),  # GNNAdvisor's model
                    dict(schedule="groups", max_lanes=2, threads=64, chunk=64),

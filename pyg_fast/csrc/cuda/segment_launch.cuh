@@ -20,7 +20,6 @@ enum class Schedule : int64_t { Row = 0, Chunk = 1, RowParallel = 2, Groups = 3,
 // Layout of the int[] config argument (kept in sync with pyg_fast/tuning/__init__.py):
 // [schedule, lanes per group, vector width, threads per block, rows per chunk (chunk, edges) or per
 // neighbour group (groups; the layout holds the groups, this only names it)]; [] = defaults.
-// The edges schedule's lanes size the groups of its fixup pass.
 struct SegmentConfig {
   Schedule schedule = Schedule::Row;
   int lanes = 32;
@@ -197,7 +196,7 @@ void launch_segment_reduce(const SegmentConfig& c, const GraphLayout& layout, co
       } else {  // a warp per chunk
         segment_edges_kernel<scalar_t, acc_t, R, VEC>
             <<<grid_for(batch * num_chunks, c.threads / kWarpSize), c.threads, 0, stream>>>(
-                p, num_segments, batch, c.chunk, num_chunks, rows, o, cp);
+                p, num_segments, batch, c.chunk, num_chunks, c.lanes, rows, o, cp);
       }
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       segment_fixup_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_segments, c), c.threads, 0, stream>>>(
