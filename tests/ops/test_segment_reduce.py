@@ -228,6 +228,13 @@ def test_layout_and_edge_schedules_batched_and_ptr(params, reduce):
 
 
 @pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
+def test_edges_schedule_with_too_many_threads_raises():
+    src, ptr = torch.randn(1, 6, 2, device="cuda"), torch.tensor([0, 4, 6], device="cuda")
+    with pytest.raises(ValueError, match="at most 256 threads"):
+        torch.ops.pyg_fast.segment_reduce(src, ptr, "sum", [5, 1, 1, 512, 64])
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
 def test_graph_aware_schedule_without_layout_raises():
     src = torch.randn(1, 6, 2, device="cuda")
     ptr = torch.tensor([0, 4, 6], device="cuda")

@@ -52,6 +52,9 @@ struct SegmentConfig {
                       "pyg_fast: vector width ", c.vec, " does not fit features of size ", num_features);
     PF_CHECK_VALUE(c.threads >= 32 && c.threads <= 1024 && c.threads % 32 == 0,
                       "pyg_fast: threads per block must be a multiple of 32 up to 1024, got ", c.threads);
+    PF_CHECK_VALUE(c.schedule != Schedule::Edges || c.threads <= kEdgesMaxThreads,
+                   "pyg_fast: the edges schedule runs at most ", kEdgesMaxThreads, " threads per block, got ",
+                   c.threads);
     PF_CHECK_VALUE(c.chunk >= 1 || (c.schedule != Schedule::Chunk && c.schedule != Schedule::Groups &&
                                     c.schedule != Schedule::Edges),
                    "pyg_fast: rows per chunk (or group) must be positive, got ", c.chunk);

@@ -38,6 +38,26 @@ struct alignas(sizeof(T) * VEC) Vec {
   T v[VEC];
 };
 
+// Loads N consecutive values p[0..N) in 16-byte vectors where p is 16-byte aligned, else one by one.
+// A lane that reads a run of consecutive values (the edges schedule) then issues N / (16 / sizeof(T))
+// loads instead of N, each touching the same cache lines: fewer L1 wavefronts per value.
+template <typename T, int N>
+__device__ __forceinline__ void load_consecutive(const T* __restrict__ p, T (&out)[N]) {
+  constexpr int kPer = 16 / static_cast<int>(sizeof(T));
+  static_assert(N % kPer == 0, "whole vectors only");
+  if (reinterpret_cast<uintptr_t>(p) % 16 == 0) {
+#pragma unroll
+    for (int i = 0; i < N / kPer; ++i) {
+      const Vec<T, kPer> v = reinterpret_cast<const Vec<T, kPer>*>(p)[i];
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) out[i * kPer + k] = v.v[k];
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = p[i];
+  }
+}
+
 // Rows of src [B, E, F] themselves.
 template <typename scalar_t, int VEC>
 struct DirectRows {
@@ -58,6 +78,25 @@ struct DirectRows {
   template <typename acc_t>
   __device__ __forceinline__ acc_t scale(int64_t, int64_t) const { return acc_t(1); }
   static constexpr bool kScaled = false;
+
+  // Rows e0 .. e0 + N - 1 (all of them exist). One-feature rows are consecutive values.
+  template <typename acc_t, int N>
+  __device__ __forceinline__ void load_run(int64_t b, int64_t e0, int64_t f0, Vec<scalar_t, VEC> (&v)[N],
+                                           acc_t (&)[N], bool (&ok)[N]) const {
+    if constexpr (VEC == 1) {
+      if (num_features == 1) {
+        scalar_t values[N];
+        load_consecutive(src + b * num_rows + e0, values);
+#pragma unroll
+        for (int u = 0; u < N; ++u) v[u].v[0] = values[u];
+#pragma unroll
+        for (int u = 0; u < N; ++u) ok[u] = true;
+        return;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < N; ++u) ok[u] = load(b, e0 + u, f0, v[u]);
+  }
 };
 
 // Row e is x[src_index[e]] times weight[e, f0 / head_dim] (if weighted); x is [N, F].
@@ -90,6 +129,31 @@ struct GatheredRows {
     else return static_cast<acc_t>(num_heads == 1 ? weight[e] : weight[e * num_heads + f0 / head_dim]);
   }
   static constexpr bool kScaled = WEIGHTED;
+
+  // Rows e0 .. e0 + N - 1 (all of them exist) with their weights: the indices (and single-head
+  // weights) are consecutive values, all loaded before the rows.
+  template <typename acc_t, int N>
+  __device__ __forceinline__ void load_run(int64_t b, int64_t e0, int64_t f0, Vec<scalar_t, VEC> (&v)[N],
+                                           acc_t (&s)[N], bool (&ok)[N]) const {
+    int64_t j[N];
+    load_consecutive(src_index + e0, j);
+    if constexpr (WEIGHTED) {
+      if (num_heads == 1) {
+        scalar_t w[N];
+        load_consecutive(weight + e0, w);
+#pragma unroll
+        for (int u = 0; u < N; ++u) s[u] = static_cast<acc_t>(w[u]);
+      } else {
+#pragma unroll
+        for (int u = 0; u < N; ++u) s[u] = scale<acc_t>(e0 + u, f0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < N; ++u) {
+      ok[u] = static_cast<uint64_t>(j[u]) < static_cast<uint64_t>(num_nodes);
+      if (ok[u]) load_at(j[u] * num_features, f0, v[u]);
+    }
+  }
 };
 
 // Folds one loaded vector, scaled by s where the row source is weighted, into acc.
@@ -316,6 +380,10 @@ __global__ void segment_fixup_kernel(const int64_t* __restrict__ ptr, const int6
 // layout), which segment_fixup_kernel combines, as it writes the empty segments. Deterministic, no
 // atomics. Requires ptr[0] == 0 and ptr[V] == E.
 constexpr int kRunRows = 8;
+// Threads per block of the edges schedule, at most (the launcher checks). One-value vectors hold
+// 3 blocks per SM: at 256 threads, at most 85 registers, 24 warps to hide the run loads' latency.
+constexpr int kEdgesMaxThreads = 256;
+constexpr int edges_min_blocks(int vec) { return vec == 1 ? 3 : 1; }
 
 // Last r in [0, num_segments) with ptr[r] <= e, searched by the whole warp: 31 probes a round, so
 // about log32(V) dependent loads instead of log2(V). Every lane returns the same r.
@@ -346,7 +414,7 @@ __device__ __forceinline__ int warp_count_at_most(int64_t bound, int64_t e) {
 }
 
 template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
-__global__ void segment_edges_kernel(const int64_t* __restrict__ ptr, int64_t num_segments, int64_t batch,
+__global__ void __launch_bounds__(kEdgesMaxThreads, edges_min_blocks(VEC)) segment_edges_kernel(const int64_t* __restrict__ ptr, int64_t num_segments, int64_t batch,
                                      int64_t chunk, int64_t num_chunks, int lanes, Rows rows,
                                      scalar_t* __restrict__ out, acc_t* __restrict__ carry) {
   using Red = Reducer<R, acc_t>;
@@ -374,12 +442,16 @@ __global__ void segment_edges_kernel(const int64_t* __restrict__ ptr, int64_t nu
         Vec<scalar_t, VEC> v[kRunRows];
         acc_t s[kRunRows];
         bool ok[kRunRows];
+        if (has_f && run_hi - run_lo == kRunRows) {
+          rows.template load_run<acc_t>(b, run_lo, f0, v, s, ok);
+        } else {
 #pragma unroll
-        for (int u = 0; u < kRunRows; ++u) {
-          ok[u] = has_f && run_lo + u < run_hi;
-          if (ok[u]) {
-            s[u] = rows.template scale<acc_t>(run_lo + u, f0);
-            ok[u] = rows.load(b, run_lo + u, f0, v[u]);
+          for (int u = 0; u < kRunRows; ++u) {
+            ok[u] = has_f && run_lo + u < run_hi;
+            if (ok[u]) {
+              s[u] = rows.template scale<acc_t>(run_lo + u, f0);
+              ok[u] = rows.load(b, run_lo + u, f0, v[u]);
+            }
           }
         }
         // The run's head: r_open plus the boundaries ptr[k] <= run_lo after it, 32 at a time.
