@@ -181,15 +181,19 @@ HOST_TIME_BELOW_MS = 1.0
 HOST_TIME_CALLS = 20
 
 
-def host_ms(fn: Callable[[], object], device) -> float:
+def host_ms(fn: Callable[[], object], device, calls: int = HOST_TIME_CALLS, sync_every: int = 0) -> float:
     """Median milliseconds the host spends in one call of ``fn`` without waiting for the device
-    (what launching it costs), over ``HOST_TIME_CALLS`` calls after a synchronisation."""
+    (what launching it costs), over ``calls`` calls after a synchronisation. ``sync_every`` > 0
+    also synchronises (untimed) after every that many calls, so that long series do not fill the
+    launch queue and end up timing the device."""
     synchronize(device)
     times = []
-    for _ in range(HOST_TIME_CALLS):
+    for i in range(calls):
         start = time.perf_counter()
         fn()
         times.append((time.perf_counter() - start) * 1e3)
+        if sync_every and (i + 1) % sync_every == 0:
+            synchronize(device)
     synchronize(device)
     return statistics.median(times)
 

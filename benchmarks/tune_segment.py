@@ -120,8 +120,9 @@ def sweep(device: str, quick: bool, out_dir: str, feature_sizes=FEATURE_SIZES):
                                 index_add_ms=baseline, all=[dict(ms=ms, **p) for ms, p in timings]))
             with open(os.path.join(out_dir, "sweep.jsonl"), "a") as f:
                 f.write(json.dumps(results[-1]) + "\n")
+            r = results[-1]
             print(f"{graph} V={num_nodes} E={num_edges} maxdeg={max_degree} F={num_features} "
-                  f"gather={gather}: best {best_ms:.4f} ms {best} | best GeoT {geot_ms:.4f} ms | "
+                  f"gather={gather}: best {r['best_ms']:.4f} ms {r['best']} | best GeoT {r['geot_best_ms']:.4f} ms | "
                   f"index_add {baseline:.4f} ms", flush=True)
     return results
 

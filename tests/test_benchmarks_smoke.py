@@ -93,3 +93,17 @@ def test_sweep_merge_keeps_lower_timing_of_unchanged_schedules():
     assert by_f[32] is old[1]
     plain = {r["F"]: r for r in merged(old, new)}
     assert plain[1] is new[0]
+
+
+def test_sweep_quick_on_cpu(tmp_path):
+    """The tuning sweep runs end to end (quick graphs, on the CPU, where configurations do not
+    change the kernel) and writes one line per input whose bests are among its timings."""
+    from benchmarks.tune_segment import read_jsonl, sweep, write_rules
+    results = sweep("cpu", True, str(tmp_path))
+    assert results == read_jsonl(str(tmp_path / "sweep.jsonl"))
+    params = lambda t: {k: v for k, v in t.items() if k != "ms"}
+    for r in results:
+        assert r["best_ms"] == min(t["ms"] for t in r["all"])
+        assert any(t["ms"] == r["best_ms"] and params(t) == r["best"] for t in r["all"])
+    write_rules(results, str(tmp_path), "CPU")
+    assert len(json.loads((tmp_path / "rules.json").read_text())["table"]) == len(results)

@@ -1,5 +1,5 @@
 # Host-time probe of segment_matmul on the device: where the Python time of a fwd+bwd goes.
-import cProfile, pstats, statistics, sys, time, io
+import cProfile, io, pstats
 import torch
 from benchmarks.suites.segment_matmul import segment_sizes
 from benchmarks.common import time_ms, host_ms
@@ -9,13 +9,8 @@ from pyg_fast.triton import segment_matmul as tk
 dev = "cuda"
 
 def per_call_us(fn, n=2000):
-    fn(); torch.cuda.synchronize()
-    ts = []
-    for _ in range(n):
-        t0 = time.perf_counter(); fn(); ts.append(time.perf_counter() - t0)
-        if len(ts) % 200 == 0: torch.cuda.synchronize()
-    torch.cuda.synchronize()
-    return 1e6 * statistics.median(ts)
+    fn()  # warm-up
+    return 1e3 * host_ms(fn, dev, calls=n, sync_every=200)
 
 sizes = segment_sizes()
 for ds in ("AIFB", "IMDB"):

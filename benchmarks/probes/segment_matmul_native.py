@@ -1,21 +1,15 @@
 # Host time of segment_matmul fwd+bwd launched from C++ (the program path) against the Python
 # launch path and torch._grouped_mm, on the small hetero_types inputs where steps are host-bound.
-import statistics, time
 import torch
 from benchmarks.suites.segment_matmul import segment_sizes
-from benchmarks.common import time_ms
+from benchmarks.common import host_ms, time_ms
 import importlib; sm = importlib.import_module("pyg_fast.ops.segment_matmul")
 from pyg_fast.ops.segment_matmul import segment_matmul
 dev = "cuda"
 
 def per_call_us(fn, n=1000):
-    fn(); torch.cuda.synchronize()
-    ts = []
-    for _ in range(n):
-        t0 = time.perf_counter(); fn(); ts.append(time.perf_counter() - t0)
-        if len(ts) % 100 == 0: torch.cuda.synchronize()
-    torch.cuda.synchronize()
-    return 1e6 * statistics.median(ts)
+    fn()  # warm-up
+    return 1e3 * host_ms(fn, dev, calls=n, sync_every=100)
 
 native = sm._native_program
 python_path = lambda *a, **k: None
