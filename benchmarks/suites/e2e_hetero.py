@@ -6,6 +6,8 @@ with 16 channels (rgcn), MUTAG's 46 relation sizes on 23.6 k nodes (rgat), and a
 FakeHeteroDataset with about 120 k nodes and 2.4 M edges (hgt). One step = forward, cross
 entropy on 10 k labelled nodes, backward, Adam step.
 """
+import random
+
 import torch
 import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
@@ -111,6 +113,7 @@ def run_cases(rec, device, quick):
                  idx, y)
 
     torch.manual_seed(0)
+    random.seed(0)  # FakeHeteroDataset also draws node counts and edge types from Python's random
     data = FakeHeteroDataset(num_node_types=3, num_edge_types=6, avg_num_nodes=40_000 // scale, avg_degree=10,
                              avg_num_channels=64, num_classes=NUM_CLASSES)[0].to(device)
     target = data.node_types[0]
