@@ -264,7 +264,8 @@ def neighbor_groups(ptr: Tensor, group_size: int) -> Tensor:
     """GNNAdvisor's neighbour-group table of the segments of ``ptr`` (cached on ``ptr``).
 
     Every segment is cut into groups of at most ``group_size`` consecutive rows, packed in
-    segment order. Returns ``[group_ptr (V + 1), group_start (G + 1), group_segment (G)]``
+    segment order; an empty segment gets one group of no rows (the kernel then writes every
+    segment in one launch). Returns ``[group_ptr (V + 1), group_start (G + 1), group_segment (G)]``
     concatenated (int64): segment ``r`` owns groups ``group_ptr[r]:group_ptr[r+1]`` and group
     ``g`` covers rows ``group_start[g]:group_start[g+1]`` of segment ``group_segment[g]``; the
     layout the CUDA groups schedule reads. One host synchronisation (the number of groups).
@@ -274,7 +275,7 @@ def neighbor_groups(ptr: Tensor, group_size: int) -> Tensor:
 
     def compute():
         counts = ptr.diff()
-        per_segment = counts.add(group_size - 1).div_(group_size, rounding_mode="floor")
+        per_segment = counts.add(group_size - 1).div_(group_size, rounding_mode="floor").clamp_(min=1)
         group_ptr = torch.cat([ptr.new_zeros(1), per_segment.cumsum(0)])
         num_groups = int(group_ptr[-1])
         group_segment = torch.repeat_interleave(torch.arange(counts.numel(), device=ptr.device), per_segment,

@@ -21,7 +21,8 @@ A config is ``[schedule, lanes, vector width, threads per block, rows per chunk 
   combine; for small F;
 - ``chunk`` (GeoT balanced): one group per fixed-size chunk of rows, for skewed segment lengths;
 - ``groups`` (GNNAdvisor): neighbour groups of ``chunk`` rows, dimension workers over features,
-  block-level combine in shared memory; needs the per-graph group table;
+  block-level combine in shared memory, one launch (a segment spanning blocks is finished by the
+  last of them to arrive); needs the per-graph group table;
 - ``balanced`` (G-Sparse): one warp per segment in degree-sorted order, staged indices, strided
   register tiles; needs the per-graph row order;
 - ``edges`` (GeoT parallel, across segments): one warp per fixed-size chunk of rows; each group of

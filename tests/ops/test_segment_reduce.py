@@ -227,6 +227,57 @@ def test_layout_and_edge_schedules_batched_and_ptr(params, reduce):
     assert_close(x.grad, ref_x.grad, torch.float32)
 
 
+GROUPS_SPANNING = dict(schedule="groups", max_lanes=4, threads=64, chunk=2)  # 16 groups of 2 rows a block
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
+@pytest.mark.parametrize("reduce", ["sum", "max"])
+def test_groups_schedule_counters_across_calls_streams_and_graphs(reduce):
+    """The groups schedule combines a segment that spans blocks in the block that arrives last,
+    through per-stream counters each launch leaves zeroed: repeated calls, two streams at once and
+    a captured CUDA graph replayed on new data all give the reference."""
+    from pyg_fast import tuning
+    index = random_index(200_000, 3000, "cuda", huge_segment=True)  # segment 1500 spans many blocks
+    srcs = [torch.randn(200_000, 8, device="cuda") for _ in range(3)]
+    refs = [scatter_reference(s, index, 3000, reduce) for s in srcs]
+    reduce_fn = lambda s: pyg_fast.segment_reduce(s, index, dim_size=3000, reduce=reduce)
+    tuning.set_override(GROUPS_SPANNING)
+    try:
+        for _ in range(3):
+            for s, ref in zip(srcs, refs):
+                assert_close(reduce_fn(s), ref, torch.float32)
+        streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+        torch.cuda.synchronize()
+        outs = []
+        for stream, s in zip(streams, srcs):
+            with torch.cuda.stream(stream):
+                outs.append([reduce_fn(s) for _ in range(5)])
+        torch.cuda.synchronize()
+        for runs, ref in zip(outs, refs):
+            for out in runs:
+                assert_close(out, ref, torch.float32)
+        static = srcs[0].clone()
+        reduce_fn(static)  # builds the launch outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = reduce_fn(static)
+        for s, ref in zip(srcs[::-1], refs[::-1]):
+            static.copy_(s)
+            graph.replay()
+            assert_close(captured, ref, torch.float32)
+    finally:
+        tuning.set_override(None)
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
+def test_groups_layout_without_a_group_per_segment_raises():
+    src, ptr = torch.randn(1, 6, 2, device="cuda"), torch.tensor([0, 4, 4, 6], device="cuda")
+    # group_ptr, group_start, group_segment of two groups: segment 1 (empty) has none.
+    table = torch.tensor([0, 1, 1, 2, 0, 4, 6, 0, 2], device="cuda")
+    with pytest.raises(ValueError, match="one group per segment"):
+        torch.ops.pyg_fast.segment_reduce(src, ptr, "sum", [3, 2, 1, 64, 4], table)
+
+
 @pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
 def test_edges_schedule_with_too_many_threads_raises():
     src, ptr = torch.randn(1, 6, 2, device="cuda"), torch.tensor([0, 4, 6], device="cuda")

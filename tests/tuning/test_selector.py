@@ -8,10 +8,10 @@ from pyg_fast.ops import _layout
 
 
 def groups_reference(ptr: list, group_size: int):
-    """The neighbour-group table built row by row in plain Python."""
+    """The neighbour-group table built row by row in plain Python (an empty segment: one group)."""
     group_ptr, group_start, group_segment = [0], [], []
     for r in range(len(ptr) - 1):
-        for start in range(ptr[r], ptr[r + 1], group_size):
+        for start in range(ptr[r], max(ptr[r + 1], ptr[r] + 1), group_size):
             group_start.append(start)
             group_segment.append(r)
         group_ptr.append(len(group_start))

@@ -4,11 +4,15 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <map>
+#include <mutex>
 #include <optional>
 #include <type_traits>
+#include <utility>
 
 #include "../common/check.h"
 #include "kernels/segment_reduce.cuh"
@@ -70,7 +74,8 @@ struct SegmentConfig {
 
 // The per-graph layout that the groups and balanced schedules read (built and cached by
 // pyg_fast/ops/_layout.py, passed as the op's `schedule_data`), checked against the config:
-//  * groups: [group_ptr (V + 1), group_start (G + 1), group_segment (G)], G neighbour groups;
+//  * groups: [group_ptr (V + 1), group_start (G + 1), group_segment (G)], G >= V neighbour groups
+//    (an empty segment has one group of no rows: its kernel writes every segment);
 //  * balanced: row_order (V), the segments by decreasing length.
 struct GraphLayout {
   const int64_t* group_ptr = nullptr;
@@ -98,8 +103,9 @@ struct GraphLayout {
       layout.row_order = p;
       return layout;
     }
-    PF_CHECK_VALUE(n >= V + 2 && (n - V - 2) % 2 == 0, "pyg_fast: the groups schedule's 'schedule_data' must "
-                      "hold V + 1 + 2 G + 1 entries for V = ", V, " segments, got ", n);
+    PF_CHECK_VALUE(n >= V + 2 && (n - V - 2) % 2 == 0 && (n - V - 2) / 2 >= V,
+                   "pyg_fast: the groups schedule's 'schedule_data' must hold V + 1 + 2 G + 1 entries, at least "
+                   "one group per segment (empty ones too), for V = ", V, " segments, got ", n);
     layout.num_groups = (n - V - 2) / 2;
     layout.group_ptr = p;
     layout.group_start = p + V + 1;
@@ -115,6 +121,25 @@ inline int64_t num_sms() {
   if (count[device] == 0)
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&count[device], cudaDevAttrMultiProcessorCount, device));
   return count[device];
+}
+
+// Zeroed arrival counters of the groups schedule, at least `count`, one set per stream: kernels on a
+// stream run in order and each leaves its counters zeroed, so the next reuses them without a memset,
+// while kernels on different streams never share a set. Under graph capture a fresh zeroed set is
+// made (the capture records its memset) and not kept.
+inline at::Tensor arrival_counters(int64_t count, const at::Tensor& like, cudaStream_t stream) {
+  const auto options = like.options().dtype(at::kInt);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return at::zeros({count}, options);
+  static std::mutex mutex;
+  // Never destroyed: CUDA tensors must not be freed after the allocator at exit.
+  static auto* sets = new std::map<std::pair<int, cudaStream_t>, at::Tensor>();
+  const std::lock_guard<std::mutex> lock(mutex);
+  at::Tensor& set = (*sets)[{like.get_device(), stream}];
+  if (!set.defined() || set.numel() < count)
+    set = at::zeros({std::max<int64_t>(count, set.defined() ? 2 * set.numel() : 0)}, options);
+  return set;
 }
 
 // Enough blocks to cover `items` work items at `per_block` a block, capped at a few waves (the
@@ -170,21 +195,16 @@ void launch_segment_reduce(const SegmentConfig& c, const GraphLayout& layout, co
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       return;
     }
-    case Schedule::Groups: {
+    case Schedule::Groups: {  // one launch: every segment has a group (GraphLayout::parse checked G >= V)
       const int64_t per_block = c.threads / c.lanes;
       const int64_t num_blocks = (layout.num_groups + per_block - 1) / per_block;
       const at::Tensor carry = carry_buffer(num_blocks);
-      acc_t* cp = carry.mutable_data_ptr<acc_t>();
-      if (num_blocks > 0) {
-        const dim3 grid(static_cast<unsigned>(num_blocks), static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
-        segment_groups_kernel<scalar_t, acc_t, R, VEC><<<grid, c.threads, c.threads * VEC * sizeof(acc_t), stream>>>(
-            p, layout.group_ptr, layout.group_start, layout.group_segment, num_segments, layout.num_groups, batch,
-            c.lanes, rows, o, cp);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      }
-      segment_fixup_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_segments, c), c.threads, 0, stream>>>(
-          p, layout.group_ptr, layout.num_groups, num_segments, batch, rows.num_features, per_block, num_blocks,
-          groups, cp, o);
+      const at::Tensor arrivals = arrival_counters(num_blocks, out, stream);
+      const dim3 grid(static_cast<unsigned>(num_blocks), static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
+      segment_groups_kernel<scalar_t, acc_t, R, VEC><<<grid, c.threads, c.threads * VEC * sizeof(acc_t), stream>>>(
+          p, layout.group_ptr, layout.group_start, layout.group_segment, num_segments, layout.num_groups, batch,
+          c.lanes, rows, o, carry.mutable_data_ptr<acc_t>(),
+          reinterpret_cast<unsigned*>(arrivals.mutable_data_ptr<int32_t>()));
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       return;
     }
@@ -203,7 +223,7 @@ void launch_segment_reduce(const SegmentConfig& c, const GraphLayout& layout, co
       }
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       segment_fixup_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_segments, c), c.threads, 0, stream>>>(
-          p, p, rows.num_rows, num_segments, batch, rows.num_features, c.chunk, num_chunks, groups, cp, o);
+          p, rows.num_rows, num_segments, batch, rows.num_features, c.chunk, num_chunks, groups, cp, o);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       return;
     }

@@ -334,35 +334,41 @@ __global__ void segment_chunks_kernel(const int64_t* __restrict__ ptr, int64_t n
   }
 }
 
-// Pass 2 of the chunk and neighbour-group schedules: one group per segment; combines the carries
-// of segments that cross chunk boundaries and writes empty segments. Chunks are `chunk` consecutive
-// units; segment r spans units [unit_ptr[r], unit_ptr[r+1]) of num_units (rows for the chunk
-// schedule, where unit_ptr is ptr; neighbour groups for the group schedule). ptr gives the counts.
+// Folds into acc the partials that chunks c0 .. c1 (c0 < c1) left in carry for one segment, at
+// features f0 .. f0 + VEC of batch b, in chunk order: slot 1 of c0 when the segment starts inside
+// c0, slot 0 everywhere else. Read from L2 (__ldcg): in the groups schedule other blocks of the same
+// launch wrote them, and this SM's L1 may hold an older copy of their lines.
+template <typename acc_t, Reduce R, int VEC>
+__device__ __forceinline__ void fold_carries(const acc_t* __restrict__ carry, int64_t b, int64_t num_chunks,
+                                             int64_t F, int64_t f0, int64_t c0, int64_t c1, bool starts_inside,
+                                             acc_t (&acc)[VEC]) {
+  for (int64_t c = c0; c <= c1; ++c) {
+    const acc_t* part = carry + ((b * num_chunks + c) * 2 + (c == c0 && starts_inside ? 1 : 0)) * F + f0;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) acc[k] = Reducer<R, acc_t>::update(acc[k], __ldcg(part + k));
+  }
+}
+
+// Pass 2 of the chunk and edges schedules: one group per segment; combines the carries of segments
+// that cross chunk boundaries (chunks of `chunk` consecutive rows) and writes empty segments.
 template <typename scalar_t, typename acc_t, Reduce R, int VEC>
-__global__ void segment_fixup_kernel(const int64_t* __restrict__ ptr, const int64_t* __restrict__ unit_ptr,
-                                     int64_t num_units, int64_t num_segments, int64_t batch,
-                                     int64_t num_features, int64_t chunk, int64_t num_chunks, Groups groups,
-                                     const acc_t* __restrict__ carry, scalar_t* __restrict__ out) {
+__global__ void segment_fixup_kernel(const int64_t* __restrict__ ptr, int64_t num_rows, int64_t num_segments,
+                                     int64_t batch, int64_t num_features, int64_t chunk, int64_t num_chunks,
+                                     Groups groups, const acc_t* __restrict__ carry, scalar_t* __restrict__ out) {
   const int64_t F = num_features;
   const int64_t tile = static_cast<int64_t>(groups.lanes) * VEC;
   for (int64_t i = groups.first(); i < batch * num_segments; i += groups.stride()) {
     const int64_t b = i / num_segments, r = i - b * num_segments;
-    const int64_t lo = min(max(unit_ptr[r], int64_t(0)), num_units);
-    const int64_t hi = min(max(unit_ptr[r + 1], lo), num_units);
-    const int64_t count = max(ptr[r + 1] - ptr[r], int64_t(0));
+    int64_t lo, hi;
+    segment_bounds(ptr, r, num_rows, lo, hi);
     const bool empty = hi <= lo;
-    const int64_t c0 = empty ? 0 : lo / chunk, c1 = empty ? 0 : (hi - 1) / chunk;
+    const int64_t c0 = empty ? 0 : lo / chunk, c1 = empty ? 0 : min((hi - 1) / chunk, num_chunks - 1);
     if (!empty && c0 == c1) continue;  // finished by its chunk
     for (int64_t f0 = static_cast<int64_t>(groups.lane()) * VEC; f0 < F; f0 += tile) {
       acc_t acc[VEC];
       init_acc<acc_t, R, VEC>(acc);
-      for (int64_t c = c0; !empty && c <= c1 && c < num_chunks; ++c) {
-        const int slot = (c == c0 && lo != c0 * chunk) ? 1 : 0;
-        const acc_t* part = carry + ((b * num_chunks + c) * 2 + slot) * F + f0;
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) acc[k] = Reducer<R, acc_t>::update(acc[k], part[k]);
-      }
-      store_final<scalar_t, acc_t, R, VEC>(out + (b * num_segments + r) * F + f0, acc, empty ? 0 : count);
+      if (!empty) fold_carries<acc_t, R, VEC>(carry, b, num_chunks, F, f0, c0, c1, lo != c0 * chunk, acc);
+      store_final<scalar_t, acc_t, R, VEC>(out + (b * num_segments + r) * F + f0, acc, hi - lo);
     }
   }
 }
@@ -530,24 +536,29 @@ __global__ void __launch_bounds__(kEdgesMaxThreads, edges_min_blocks(VEC)) segme
   }
 }
 
-// Neighbour-group schedule (GNNAdvisor), pass 1. The layout (built once per graph by
+// Neighbour-group schedule (GNNAdvisor), one launch. The layout (built once per graph by
 // pyg_fast/ops/_layout.py) cuts every segment into groups of at most `group_size` consecutive rows,
-// packed in segment order: group g covers rows [group_start[g], group_start[g + 1]) of segment
-// group_segment[g], and segment r owns groups [group_ptr[r], group_ptr[r + 1]). Long segments are
-// split over many groups and short ones share a block, so the work per group is bounded.
+// packed in segment order, an empty segment into one group of no rows: group g covers rows
+// [group_start[g], group_start[g + 1]) of segment group_segment[g], and segment r owns groups
+// [group_ptr[r], group_ptr[r + 1]). Long segments are split over many groups and short ones share a
+// block, so the work per group is bounded.
 // A block takes blockDim.x / lanes consecutive groups, each served by `lanes` dimension workers
 // (consecutive VEC-wide features, coalesced). Each group folds its rows in registers and leaves its
 // partial in shared memory; the leader (the segment's first group in the block) combines the
-// partials and writes the segment once, without atomics. A segment whose groups span blocks leaves
-// one partial per block in carry [B, num_blocks, 2, F] instead (slot 0 when it is the block's first
-// segment, else slot 1), and segment_fixup_kernel combines them in block order: deterministic and
-// valid for every reduction. All loops around __syncthreads are block-uniform.
+// partials and writes the segment once, without atomics; empty segments are written by their own
+// group. A segment whose groups span blocks leaves one partial per block in carry [B, num_blocks, 2,
+// F] instead (slot 0 when it is the block's first segment, else slot 1); each of its blocks then
+// counts itself in arrivals[its first block], and the last to arrive combines the partials in block
+// order and resets the counter to 0 (so the next launch finds it zeroed): deterministic, valid for
+// every reduction, and no second pass over the segments. All loops around __syncthreads are
+// block-uniform.
 template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
 __global__ void segment_groups_kernel(const int64_t* __restrict__ ptr, const int64_t* __restrict__ group_ptr,
                                       const int64_t* __restrict__ group_start,
                                       const int64_t* __restrict__ group_segment, int64_t num_segments,
                                       int64_t num_groups, int64_t batch, int lanes, Rows rows,
-                                      scalar_t* __restrict__ out, acc_t* __restrict__ carry) {
+                                      scalar_t* __restrict__ out, acc_t* __restrict__ carry,
+                                      unsigned* __restrict__ arrivals) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   // partial[k * blockDim.x + threadIdx.x]: feature k of the thread's vector (conflict-free).
   acc_t* partial = reinterpret_cast<acc_t*>(shared_bytes);
@@ -567,8 +578,9 @@ __global__ void segment_groups_kernel(const int64_t* __restrict__ ptr, const int
   int run = 0;  // the leader's segment has groups slot .. slot + run - 1 in this block
   if (leader)
     while (slot + run < in_block && group_segment[g + run] == r) ++run;
-  const bool whole = leader && group_ptr[r] >= first && group_ptr[r + 1] <= first + in_block;
-  const int carry_slot = leader && group_ptr[r] <= first ? 0 : 1;
+  const int64_t span_first = leader ? group_ptr[r] : 0, span_end = leader ? group_ptr[r + 1] : 0;
+  const bool whole = leader && span_first >= first && span_end <= first + in_block;
+  const int carry_slot = leader && span_first <= first ? 0 : 1;
   int64_t seg_lo = 0, seg_hi = 0;
   if (leader) segment_bounds(ptr, r, E, seg_lo, seg_hi);
   for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
@@ -597,6 +609,29 @@ __global__ void segment_groups_kernel(const int64_t* __restrict__ ptr, const int
       __syncthreads();
     }
   }
+  if (!leader || whole) return;
+  // This block's partials of a segment that spans blocks c0 .. c1 are written (for every b and
+  // feature): count the block in, the last of the (c1 - c0 + 1) * gridDim.y blocks combines.
+  const int64_t c0 = span_first / per_block, c1 = (span_end - 1) / per_block;
+  const int warp_lane = threadIdx.x % kWarpSize;
+  const unsigned group_mask =
+      lanes == kWarpSize ? kFullMask : ((1u << lanes) - 1u) << (warp_lane - lane);  // this group's lanes
+  __threadfence();  // every lane's carry stores are visible before the group is counted
+  __syncwarp(group_mask);
+  unsigned arrived = 0;
+  if (lane == 0) arrived = atomicAdd(arrivals + c0, 1u) + 1u;
+  arrived = __shfl_sync(group_mask, arrived, 0, lanes);
+  if (arrived != static_cast<unsigned>((c1 - c0 + 1) * gridDim.y)) return;
+  __threadfence();  // the other blocks' partials are read after their arrivals
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t f0 = static_cast<int64_t>(lane) * VEC; f0 < F; f0 += tile) {
+      acc_t acc[VEC];
+      init_acc<acc_t, R, VEC>(acc);
+      fold_carries<acc_t, R, VEC>(carry, b, num_blocks, F, f0, c0, c1, span_first != c0 * per_block, acc);
+      store_final<scalar_t, acc_t, R, VEC>(out + (b * num_segments + r) * F + f0, acc, seg_hi - seg_lo);
+    }
+  }
+  if (lane == 0) arrivals[c0] = 0;
 }
 
 // Balanced-rows schedule (G-Sparse). One warp per segment, segments taken in the order row_order
