@@ -24,6 +24,8 @@
 //           see segment_edges_kernel.
 #pragma once
 
+#include <cuda/atomic>
+
 #include <cstdint>
 
 #include "../../common/reduce.h"
@@ -342,6 +344,7 @@ template <typename acc_t, Reduce R, int VEC>
 __device__ __forceinline__ void fold_carries(const acc_t* __restrict__ carry, int64_t b, int64_t num_chunks,
                                              int64_t F, int64_t f0, int64_t c0, int64_t c1, bool starts_inside,
                                              acc_t (&acc)[VEC]) {
+#pragma unroll 1  // a rare path: unrolled, its loads in flight cost the main loop's occupancy registers
   for (int64_t c = c0; c <= c1; ++c) {
     const acc_t* part = carry + ((b * num_chunks + c) * 2 + (c == c0 && starts_inside ? 1 : 0)) * F + f0;
 #pragma unroll
@@ -536,6 +539,44 @@ __global__ void __launch_bounds__(kEdgesMaxThreads, edges_min_blocks(VEC)) segme
   }
 }
 
+// The groups schedule's end for a segment r whose groups span blocks c0 .. c1, called by the group
+// that led r in this block once the block's partials of r are written (for every b and feature):
+// counts the block in, and the last of the (c1 - c0 + 1) * gridDim.y blocks to arrive combines the
+// partials and resets the counter. Not inlined: the kernel's main loop then keeps its registers
+// (and occupancy), which this rare path would otherwise raise.
+template <typename scalar_t, typename acc_t, Reduce R, int VEC>
+__device__ __noinline__ void finish_spanning_segment(const int64_t* __restrict__ group_ptr, int64_t r, int64_t count,
+                                                     int64_t num_segments, int64_t batch, int64_t F, int lanes,
+                                                     const acc_t* __restrict__ carry, scalar_t* __restrict__ out,
+                                                     unsigned* __restrict__ arrivals) {
+  const int per_block = blockDim.x / lanes, lane = threadIdx.x % lanes;
+  const int64_t span_first = group_ptr[r], c0 = span_first / per_block, c1 = (group_ptr[r + 1] - 1) / per_block;
+  const int warp_lane = threadIdx.x % kWarpSize;
+  const unsigned group_mask =
+      lanes == kWarpSize ? kFullMask : ((1u << lanes) - 1u) << (warp_lane - lane);  // this group's lanes
+  // The group's carry stores happen before lane 0's release (the warp barrier orders them, the
+  // release is cumulative); the last arrival's acquire happens before the group's loads. Lighter
+  // than a full __threadfence around the count.
+  __syncwarp(group_mask);
+  unsigned arrived = 0;
+  if (lane == 0)
+    arrived = ::cuda::atomic_ref<unsigned, ::cuda::thread_scope_device>(arrivals[c0]).fetch_add(
+                  1u, ::cuda::std::memory_order_acq_rel) + 1u;
+  arrived = __shfl_sync(group_mask, arrived, 0, lanes);
+  if (arrived != static_cast<unsigned>((c1 - c0 + 1) * gridDim.y)) return;
+  __syncwarp(group_mask);
+  const int64_t tile = static_cast<int64_t>(lanes) * VEC;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t f0 = static_cast<int64_t>(lane) * VEC; f0 < F; f0 += tile) {
+      acc_t acc[VEC];
+      init_acc<acc_t, R, VEC>(acc);
+      fold_carries<acc_t, R, VEC>(carry, b, gridDim.x, F, f0, c0, c1, span_first != c0 * per_block, acc);
+      store_final<scalar_t, acc_t, R, VEC>(out + (b * num_segments + r) * F + f0, acc, count);
+    }
+  }
+  if (lane == 0) arrivals[c0] = 0;
+}
+
 // Neighbour-group schedule (GNNAdvisor), one launch. The layout (built once per graph by
 // pyg_fast/ops/_layout.py) cuts every segment into groups of at most `group_size` consecutive rows,
 // packed in segment order, an empty segment into one group of no rows: group g covers rows
@@ -578,9 +619,8 @@ __global__ void segment_groups_kernel(const int64_t* __restrict__ ptr, const int
   int run = 0;  // the leader's segment has groups slot .. slot + run - 1 in this block
   if (leader)
     while (slot + run < in_block && group_segment[g + run] == r) ++run;
-  const int64_t span_first = leader ? group_ptr[r] : 0, span_end = leader ? group_ptr[r + 1] : 0;
-  const bool whole = leader && span_first >= first && span_end <= first + in_block;
-  const int carry_slot = leader && span_first <= first ? 0 : 1;
+  const bool whole = leader && group_ptr[r] >= first && group_ptr[r + 1] <= first + in_block;
+  const int carry_slot = leader && group_ptr[r] <= first ? 0 : 1;
   int64_t seg_lo = 0, seg_hi = 0;
   if (leader) segment_bounds(ptr, r, E, seg_lo, seg_hi);
   for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
@@ -609,29 +649,9 @@ __global__ void segment_groups_kernel(const int64_t* __restrict__ ptr, const int
       __syncthreads();
     }
   }
-  if (!leader || whole) return;
-  // This block's partials of a segment that spans blocks c0 .. c1 are written (for every b and
-  // feature): count the block in, the last of the (c1 - c0 + 1) * gridDim.y blocks combines.
-  const int64_t c0 = span_first / per_block, c1 = (span_end - 1) / per_block;
-  const int warp_lane = threadIdx.x % kWarpSize;
-  const unsigned group_mask =
-      lanes == kWarpSize ? kFullMask : ((1u << lanes) - 1u) << (warp_lane - lane);  // this group's lanes
-  __threadfence();  // every lane's carry stores are visible before the group is counted
-  __syncwarp(group_mask);
-  unsigned arrived = 0;
-  if (lane == 0) arrived = atomicAdd(arrivals + c0, 1u) + 1u;
-  arrived = __shfl_sync(group_mask, arrived, 0, lanes);
-  if (arrived != static_cast<unsigned>((c1 - c0 + 1) * gridDim.y)) return;
-  __threadfence();  // the other blocks' partials are read after their arrivals
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t f0 = static_cast<int64_t>(lane) * VEC; f0 < F; f0 += tile) {
-      acc_t acc[VEC];
-      init_acc<acc_t, R, VEC>(acc);
-      fold_carries<acc_t, R, VEC>(carry, b, num_blocks, F, f0, c0, c1, span_first != c0 * per_block, acc);
-      store_final<scalar_t, acc_t, R, VEC>(out + (b * num_segments + r) * F + f0, acc, seg_hi - seg_lo);
-    }
-  }
-  if (lane == 0) arrivals[c0] = 0;
+  if (leader && !whole)
+    finish_spanning_segment<scalar_t, acc_t, R, VEC>(group_ptr, r, seg_hi - seg_lo, num_segments, batch, F, lanes,
+                                                     carry, out, arrivals);
 }
 
 // Balanced-rows schedule (G-Sparse). One warp per segment, segments taken in the order row_order
