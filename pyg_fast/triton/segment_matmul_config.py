@@ -181,10 +181,20 @@ def modelled_candidates(K: int, N: int, dtype: torch.dtype, ceil: dict,
     return [c for c in candidates(K, N, dtype, ceil) if c.rows_per_prog <= max_rows]
 
 
-def bwd_rows_per_item(stats: SizeStats, num_sms: int, block_m: int) -> int:
-    """Rows per backward item: enough items for about four waves, at least four row tiles."""
+# A backward item has at least this many times the rows whose x and g bytes equal its fp32 K x N
+# weight-gradient partial: smaller items spend more on writing and summing partials than on their
+# rows. Fitted to benchmarks/results/probe_segment_matmul_bwd_rows_h100.log (items of 1, 2, 4, 8x
+# the four-wave size, 8 distributions, K = 64/128, bf16/fp32): against the best size per case,
+# geomean 1.146 -> 1.072 (4: 1.128, 8-10: 1.072, 12: 1.114); MUTAG K = 128 bf16 0.123 -> 0.070 ms.
+PARTIAL_ROWS_FACTOR = 8
+
+
+def bwd_rows_per_item(stats: SizeStats, num_sms: int, block_m: int, K: int, N: int, element_size: int) -> int:
+    """Rows per backward item: enough items for about four waves, but at least PARTIAL_ROWS_FACTOR
+    times a partial's worth of rows, and at least four row tiles."""
     target = max(1, 4 * num_sms)
     rows = math.ceil(stats.rows / target) if stats.rows else block_m
+    rows = max(rows, math.ceil(PARTIAL_ROWS_FACTOR * K * N * 4 / max(1, (K + N) * element_size)))
     return max(4 * block_m, math.ceil(rows / block_m) * block_m)
 
 
@@ -200,7 +210,8 @@ def bwd_config(K: int, N: int, dtype: torch.dtype, stats: SizeStats, num_sms: in
     block_m = 64 if big else 128
     resident = block_k * block_n * elt if input_grad else 0
     stages = 3 if resident + 3 * block_m * (block_k + block_n) * elt <= ceil["smem_kb"] * 1024 else 2
-    return SegmmConfig(block_m, block_n, block_k, bwd_rows_per_item(stats, num_sms, block_m), 8 if big else 4, stages)
+    return SegmmConfig(block_m, block_n, block_k, bwd_rows_per_item(stats, num_sms, block_m, K, N, elt),
+                       8 if big else 4, stages)
 
 
 # Where more items than this share a type, the weight gradient adds them atomically unless it must

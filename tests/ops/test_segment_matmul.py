@@ -401,6 +401,25 @@ def test_model_prefers_small_tiles_for_tiny_segments(monkeypatch):
     assert config.model_config(big, 64, 64, torch.bfloat16, torch.device("cpu")).block_m >= 32
 
 
+def test_backward_items_hold_many_partials_worth_of_rows():
+    """Backward items aim at four waves, but never hold fewer rows than PARTIAL_ROWS_FACTOR times
+    those whose x and g bytes match one fp32 K x N weight-gradient partial."""
+    def rows(counts, K, dtype):
+        return config.bwd_config(K, K, dtype, config.size_stats(counts), 132, config.HARDWARE["H100"], True).rows_per_prog
+    mutag_like = torch.tensor([22484, 22484, 18634, 18634, 9317] + [1500] * 40)
+    elt = {torch.bfloat16: 2, torch.float32: 4}
+    for K in (64, 128):
+        for dtype in (torch.bfloat16, torch.float32):
+            partial_rows = config.PARTIAL_ROWS_FACTOR * K * K * 4 / (2 * K * elt[dtype])
+            four_waves = mutag_like.sum().item() / (4 * 132)
+            got = rows(mutag_like, K, dtype)
+            assert got >= max(partial_rows, four_waves) and got % 64 == 0
+            block_m = 64 if K == 128 else 128
+            assert got < max(partial_rows, four_waves, 4 * block_m) + block_m  # rounded up to whole row tiles
+    am_like = torch.full((266,), 12000)
+    assert rows(am_like, 128, torch.bfloat16) >= am_like.sum().item() / (4 * 132)  # waves decide there
+
+
 def test_tune_key_ignores_small_changes_and_autotuner_caches(tmp_path):
     a = torch.tensor([100, 120, 90, 110])
     b = torch.tensor([101, 119, 92, 108])
