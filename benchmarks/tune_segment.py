@@ -6,6 +6,8 @@ the GPU and writes the rule table that pyg_fast.tuning reads (pyg_fast/tuning/ru
     python -m benchmarks.tune_segment --out DIR --features 1,4,16 --merge old.jsonl   # re-sweep some F only
     python -m benchmarks.tune_segment --out DIR --from-jsonl new.jsonl --merge old.jsonl --changed edges
         # rules from a re-sweep after one schedule's kernel changed (the others keep their lower timing)
+    python -m benchmarks.tune_segment --out DIR --graphs cora,pubmed --merge sweep.jsonl --changed '' \
+        --merged-jsonl again.jsonl   # small graphs swept again, each timing the lower of the two
 
 Every configuration's output is checked against torch before it is timed. The table keeps,
 for each input measured, the fastest configuration and the input's features; at run time
@@ -65,8 +67,9 @@ BENCHMARK_GRAPHS = ("cora", "pubmed", "arxiv_like", "reddit2_like", "sbm_1000")
 SWEEP_BUDGET = (5, 20)
 
 
-def sweep_graphs(device: str, quick: bool):
-    """(name, src, dst, num_nodes) of every graph swept, destinations sorted."""
+def sweep_graphs(device: str, quick: bool, only=None):
+    """(name, src, dst, num_nodes) of every graph swept (those named in ``only``, if given),
+    destinations sorted."""
     gen = torch.Generator().manual_seed(0)
     shapes = [(2_700, 10_500), (20_000, 200_000), (170_000, 1_200_000), (230_000, 23_000_000)]
     exponents = [0.0, 0.8]
@@ -74,10 +77,14 @@ def sweep_graphs(device: str, quick: bool):
     if quick:
         shapes, exponents, names = [(300, 2_000)], [0.0, 1.1], ("quick_powerlaw", "sbm_quick")
     for (num_nodes, num_edges), exponent in itertools.product(shapes, exponents):
-        src, dst = power_law_graph(num_nodes, num_edges, exponent, gen, device)
-        yield f"powerlaw_{num_nodes}_{num_edges}_{exponent}", src, dst, num_nodes
+        src, dst = power_law_graph(num_nodes, num_edges, exponent, gen, device)  # drawn in order: same graphs
+        name = f"powerlaw_{num_nodes}_{num_edges}_{exponent}"
+        if only is None or name in only:
+            yield name, src, dst, num_nodes
     from benchmarks.suites.schedule_select import graph as load_sweep_graph
     for name in names:
+        if only is not None and name not in only:
+            continue
         data = load_sweep_graph(name, "cpu")
         yield name, data.edge_index[0].to(device), data.edge_index[1].to(device), data.num_nodes
 
@@ -85,10 +92,10 @@ def sweep_graphs(device: str, quick: bool):
 FEATURE_SIZES = (1, 4, 16, 32, 64, 128)
 
 
-def sweep(device: str, quick: bool, out_dir: str, feature_sizes=FEATURE_SIZES):
+def sweep(device: str, quick: bool, out_dir: str, feature_sizes=FEATURE_SIZES, graphs=None):
     feature_sizes = [1, 16] if quick else feature_sizes
     results = []
-    for graph, src, dst, num_nodes in sweep_graphs(device, quick):
+    for graph, src, dst, num_nodes in sweep_graphs(device, quick, graphs):
         num_edges = src.numel()
         ptr = torch._convert_indices_from_coo_to_csr(dst, num_nodes)
         max_degree = int(ptr.diff().max())
@@ -216,10 +223,13 @@ def main():
     parser.add_argument("--from-jsonl", help="build the rules from this sweep.jsonl instead of sweeping")
     parser.add_argument("--device-name", default=None, help="recorded in the rules' source (with --from-jsonl)")
     parser.add_argument("--features", default=None, help="comma-separated feature sizes to sweep (default: all)")
+    parser.add_argument("--graphs", default=None, help="comma-separated graph names to sweep (default: all)")
     parser.add_argument("--merge", help="an earlier sweep.jsonl whose inputs not swept again join the rules")
     parser.add_argument("--changed", default=None,
                         help="with --merge: comma-separated schedules whose kernels changed since that sweep; "
-                             "the other schedules keep the lower of their two timings")
+                             "the other schedules keep the lower of their two timings ('' : none changed, a "
+                             "second sweep of the same kernels)")
+    parser.add_argument("--merged-jsonl", default=None, help="with --merge: also write the merged sweep here")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     if args.from_jsonl:
@@ -227,11 +237,15 @@ def main():
         device_name = args.device_name or "GPU"
     else:
         sizes = tuple(int(f) for f in args.features.split(",")) if args.features else FEATURE_SIZES
-        results = sweep("cuda", args.quick, args.out, sizes)
+        graphs = set(args.graphs.split(",")) if args.graphs else None
+        results = sweep("cuda", args.quick, args.out, sizes, graphs)
         device_name = torch.cuda.get_device_name()
     if args.merge:
-        changed = set(args.changed.split(",")) if args.changed else None
+        changed = None if args.changed is None else {name for name in args.changed.split(",") if name}
         results = merged(read_jsonl(args.merge), results, changed)
+        if args.merged_jsonl:
+            with open(args.merged_jsonl, "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in results)
     write_rules(results, args.out, device_name)
 
 

@@ -107,3 +107,6 @@ def test_sweep_quick_on_cpu(tmp_path):
         assert any(t["ms"] == r["best_ms"] and params(t) == r["best"] for t in r["all"])
     write_rules(results, str(tmp_path), "CPU")
     assert len(json.loads((tmp_path / "rules.json").read_text())["table"]) == len(results)
+    (tmp_path / "again").mkdir()
+    again = sweep("cpu", True, str(tmp_path / "again"), graphs={"sbm_quick"})  # a subset swept again
+    assert {r["graph"] for r in again} == {"sbm_quick"} and len(again) == 4  # F = 1, 16, direct and gather
