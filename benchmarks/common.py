@@ -126,7 +126,9 @@ def check(out: torch.Tensor, ref: torch.Tensor, rel_tol: float) -> bool:
 # whichever method was being timed (torch's and torch_scatter's too), a host stall longer than the
 # L2 flush that do_bench puts before each call: the median of three rounds, taken far enough apart
 # that one stall spoils at most one of them, keeps such a window out of the record.
-TIMING_ROUNDS = 3
+# Alternating rounds per case (they share its budget). Five, not three (session 13): on a host that
+# stalls now and then, two of three rounds of one method were caught at 2-5x on small inputs.
+TIMING_ROUNDS = 5
 
 
 def bench_methods(rec: "Recorder", suite: str, case: dict, methods: Dict[str, Callable[[], torch.Tensor]],
