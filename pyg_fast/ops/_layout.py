@@ -39,7 +39,11 @@ def cached(tensor: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
     """Returns ``compute()``, memoised on ``tensor`` (and any view of its storage owner)."""
     if _compiling(tensor) or torch.jit.is_scripting():
         return compute()
-    owner = tensor if tensor._base is None else tensor._base
+    return _cached(tensor, key, compute)
+
+
+def _cached(tensor: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
+    owner = storage_owner(tensor)
     slot = (key, tensor.storage_offset(), tensor.shape, tensor.stride(), tensor._version)
     found = _CACHE.get(id(owner))
     if found is None or found[0]() is not owner:
@@ -54,6 +58,36 @@ def cached(tensor: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
 
 
 _MISSING = object()
+
+
+def storage_owner(tensor: Tensor) -> Tensor:
+    """The tensor whose storage ``tensor`` views (itself if it is not a view)."""
+    return tensor if tensor._base is None else tensor._base
+
+
+def values_key(tensor: Tensor) -> Tuple:
+    """Identifies ``tensor``'s values while its storage owner lives: the owner's id, the view
+    geometry and the version (what ``cached`` files values under). Keep a weak reference to the
+    owner beside it: an id is reused once its object is gone."""
+    return id(storage_owner(tensor)), tensor.storage_offset(), tensor.shape, tensor.stride(), tensor._version
+
+
+def plans(tensor: Optional[Tensor], src: Tensor) -> Optional[Dict]:
+    """The plans of an op's calls with ``tensor`` as their index (a dict cached on it, keyed by the
+    call's other arguments, see e.g. ``segment_reduce``), or None where nothing may be kept: either
+    is not a tensor, or is being traced."""
+    if not (isinstance(tensor, Tensor) and isinstance(src, Tensor)) or _compiling(tensor, src) or \
+            torch.jit.is_scripting():
+        return None
+    return _cached(tensor, ("plans",), dict)
+
+
+def keep(plans: Dict, key: Tuple, plan: object) -> None:
+    """Files ``plan`` under ``key`` in a dict of :func:`plans`; a dict grown past 64 plans (calls
+    with ever new shapes or source indices, of which some are gone) is emptied first."""
+    if len(plans) >= 64:
+        plans.clear()
+    plans[key] = plan
 
 
 def _drop(owner_id: int, ref: weakref.ref, cache: Dict = _CACHE) -> None:

@@ -1,6 +1,7 @@
 """Gather-fused segment reduction and weighted SpMM (torch.ops.pyg_fast.index_segment_reduce)."""
 import math
-from typing import Optional, Tuple
+import weakref
+from typing import Callable, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -9,6 +10,7 @@ from pyg_fast.ops import _layout
 from pyg_fast.ops._autograd import differentiable
 from pyg_fast.ops._checks import check_float, check_index_tensor, check_reduce
 from pyg_fast.ops.sddmm import sddmm_op
+from pyg_fast import tuning
 from pyg_fast.tuning import segment_launch
 
 
@@ -41,28 +43,69 @@ def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optiona
     head, ``x`` being ``[N, H, D]`` or ``[N, H * D]``); None means 1. Gradients
     flow to ``x`` and ``weight`` (the weight gradient is an SDDMM).
     """
+    segments = dst_index if ptr is None else ptr
+    plans = None if tuning.overridden() else _layout.plans(segments, x)
+    if plans is not None and isinstance(src_index, Tensor) and (weight is None or isinstance(weight, Tensor)):
+        key = (x.shape, x.dtype, x.device, _layout.values_key(src_index),
+               None if weight is None else (weight.shape, weight.dtype, weight.device), dst_index is None,
+               dim_size, reduce, sorted)
+        plan = plans.get(key)
+        if plan is not None and plan[1]() is _layout.storage_owner(src_index):
+            return plan[0](x, src_index, weight, segments)
+    run, final = _plan(x, src_index, dst_index, weight, dim_size, reduce, ptr, sorted)
+    if final and plans is not None:
+        _layout.keep(plans, key, (run, weakref.ref(_layout.storage_owner(src_index))))
+    return run(x, src_index, weight, segments)
+
+
+GatherPlan = Callable[[Tensor, Tensor, Optional[Tensor], Tensor], Tensor]
+
+
+def _plan(x: Tensor, src_index: Tensor, dst_index: Optional[Tensor], weight: Optional[Tensor],
+          dim_size: Optional[int], reduce: str, ptr: Optional[Tensor], sorted: Optional[bool]
+          ) -> Tuple[GatherPlan, bool]:
+    """Checks a call of :func:`index_weight_segment_reduce` and resolves it: the function of (x,
+    src_index, weight, the call's dst_index or ptr) that computes it, and whether that is final (see
+    ``tuning.Launch``), so the next call with the same indices and the same kinds of x and weight
+    may skip the checks and the selection."""
     check_float(x, "x")
     reduce = check_reduce(reduce)
     if x.dim() == 0:
         raise ValueError("pyg_fast: 'x' must have at least one dimension")
     num_edges = src_index.numel() if isinstance(src_index, Tensor) else None
     check_index_tensor(src_index, "src_index", None, x.device)
-    src_index = _layout.as_long(src_index)
-    _layout.check_index_range(src_index, x.size(0), "src_index")
+    src_long = _layout.as_long(src_index)
+    _layout.check_index_range(src_long, x.size(0), "src_index")
     if (dst_index is None) == (ptr is None):
         raise ValueError("pyg_fast: pass exactly one of 'dst_index' and 'ptr'")
     layout, dim_size = _layout.segments(dst_index, ptr, num_edges, dim_size, x.device, index_name="dst_index",
                                         covers_all=True, is_sorted=sorted)
-
     flat = x.dim() == 2  # the usual case: no reshapes (about 1 us each)
-    x2 = x if flat else x.reshape(x.size(0), math.prod(x.shape[1:]))
-    w2 = _edge_weight(weight, num_edges, x2)
-    if layout.perm is not None:
-        perm = layout.perm  # the sources in destination order, once per graph
-        src_index = _layout.cached_with(src_index, perm, ("in_order",), lambda: src_index.index_select(0, perm))
-        w2 = gather_rows(w2, layout.perm) if w2 is not None else None
-    out = _index_segment_reduce_csr(x2, src_index, layout.ptr, w2, reduce, layout.max_segment)
-    return out if flat else out.reshape((dim_size,) + tuple(x.shape[1:]))
+    x_shape2 = (x.size(0), math.prod(x.shape[1:]))
+    out_shape = (dim_size,) + tuple(x.shape[1:])
+    heads = _check_edge_weight(weight, num_edges, x_shape2[1], x.device)
+    perm = layout.perm
+    if perm is not None:  # the sources in destination order, once per graph
+        src_long = _layout.cached_with(src_long, perm, ("in_order",), lambda: src_long.index_select(0, perm))
+    launch = segment_launch(x if flat else x.reshape(x_shape2), layout.ptr, num_edges, gather=True, heads=heads,
+                            max_segment=layout.max_segment)
+    # A plan is cached on dst_index or ptr and must not hold it, nor src_index (often a view of the
+    # same edge_index): those come with each call.
+    own_ptr = layout.ptr is (dst_index if ptr is None else ptr)
+    held_ptr = None if own_ptr else layout.ptr
+    own_src = src_long is src_index
+    held_src = None if own_src else src_long
+
+    def run(x: Tensor, src_index: Tensor, weight: Optional[Tensor], segments: Tensor) -> Tensor:
+        w2 = None
+        if weight is not None:
+            w2 = _weight_as(weight, x.dtype)
+            w2 = (w2 if perm is None else gather_rows(w2, perm)).contiguous()
+        out = index_segment_reduce_op((x if flat else x.reshape(x_shape2)).contiguous(),
+                                      src_index if own_src else held_src, segments if own_ptr else held_ptr,
+                                      w2, reduce, launch.config, launch.data)
+        return out if flat else out.reshape(out_shape)
+    return run, launch.final
 
 
 def gather_reduce_csr(x: Tensor, src_index: Tensor, ptr: Tensor, weight: Optional[Tensor], reduce: str,
@@ -94,28 +137,40 @@ def gather_rows(values: Tensor, index: Tensor) -> Tensor:
 
 
 def _edge_weight(weight: Optional[Tensor], num_edges: int, x2: Tensor) -> Optional[Tensor]:
-    """The edge weight as [E, H] in the dtype of ``x2`` [N, F], checked (once per layer call: kept
-    to plain attribute reads, about 1 us)."""
+    """The edge weight as [E, H] in the dtype of ``x2`` [N, F], checked."""
     if weight is None:
         return None
+    _check_edge_weight(weight, num_edges, x2.size(1), x2.device)
+    return _weight_as(weight, x2.dtype)
+
+
+def _check_edge_weight(weight: Optional[Tensor], num_edges: int, num_features: int, device: torch.device) -> int:
+    """Checks an edge weight ([E] or [E, H] with H dividing F) and returns H (1 without a weight)."""
+    if weight is None:
+        return 1
     check_float(weight, "weight")
-    if weight.device != x2.device:
-        raise ValueError(f"pyg_fast: 'weight' is on {weight.device} but 'x' is on {x2.device}")
-    w2 = weight.unsqueeze(1) if weight.dim() == 1 else weight
-    if w2.dim() != 2 or w2.size(0) != num_edges or x2.size(1) % w2.size(1) != 0:
+    if weight.device != device:
+        raise ValueError(f"pyg_fast: 'weight' is on {weight.device} but 'x' is on {device}")
+    heads = weight.size(1) if weight.dim() == 2 else 1
+    if weight.dim() not in (1, 2) or weight.size(0) != num_edges or num_features % heads != 0:
         raise ValueError(f"pyg_fast: 'weight' must be [E] or [E, H] with E={num_edges} edges and H "
-                         f"dividing the feature size {x2.size(1)}, got {tuple(weight.shape)}")
-    return w2 if w2.dtype == x2.dtype else w2.to(x2.dtype)
+                         f"dividing the feature size {num_features}, got {tuple(weight.shape)}")
+    return heads
+
+
+def _weight_as(weight: Tensor, dtype: torch.dtype) -> Tensor:
+    """A checked edge weight as [E, H] in ``dtype``."""
+    w2 = weight.unsqueeze(1) if weight.dim() == 1 else weight
+    return w2 if w2.dtype == dtype else w2.to(dtype)
 
 
 def _index_segment_reduce_csr(x2: Tensor, src_index: Tensor, ptr: Tensor, weight: Optional[Tensor],
                               reduce: str, max_segment: Optional[int]) -> Tensor:
-    config, schedule_data = segment_launch(x2, ptr, src_index.numel(), gather=True,
-                                           heads=weight.size(1) if weight is not None else 1,
-                                           max_segment=max_segment)
+    launch = segment_launch(x2, ptr, src_index.numel(), gather=True,
+                            heads=weight.size(1) if weight is not None else 1, max_segment=max_segment)
     return index_segment_reduce_op(
         x2.contiguous(), src_index, ptr, weight.contiguous() if weight is not None else None, reduce,
-        config, schedule_data)
+        launch.config, launch.data)
 
 
 @torch.library.register_fake("pyg_fast::index_segment_reduce")

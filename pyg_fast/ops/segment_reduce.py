@@ -1,6 +1,6 @@
 """Segment reduction over a sorted index or CSR pointer (torch.ops.pyg_fast.segment_reduce)."""
 import math
-from typing import Optional
+from typing import Callable, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -8,6 +8,7 @@ from torch import Tensor
 from pyg_fast.ops import _layout
 from pyg_fast.ops._autograd import differentiable
 from pyg_fast.ops._checks import check_dim, check_float, check_reduce
+from pyg_fast import tuning
 from pyg_fast.tuning import segment_launch
 
 
@@ -41,6 +42,27 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
         dim: the dimension to reduce.
         sorted: whether ``index`` is sorted, if known.
     """
+    segments = index if ptr is None else ptr
+    plans = None if tuning.overridden() else _layout.plans(segments, src)
+    if plans is not None:
+        key = (src.shape, src.dtype, src.device, index is None, dim_size, reduce, dim, sorted)
+        run = plans.get(key)
+        if run is not None:
+            return run(src, segments)
+    run, final = _plan(src, index, ptr, dim_size, reduce, dim, sorted)
+    if final and plans is not None:
+        _layout.keep(plans, key, run)
+    return run(src, segments)
+
+
+Plan = Callable[[Tensor, Tensor], Tensor]
+
+
+def _plan(src: Tensor, index: Optional[Tensor], ptr: Optional[Tensor], dim_size: Optional[int], reduce: str,
+          dim: int, sorted: Optional[bool]) -> Tuple[Plan, bool]:
+    """Checks a call of :func:`segment_reduce` and resolves it: the function of (src, the call's
+    index or ptr) that computes it, and whether that is final (see ``tuning.Launch``), so the next
+    call with the same index and the same kind of src may skip the checks and the selection."""
     check_float(src, "src")
     reduce = check_reduce(reduce)
     dim = check_dim(src, dim, "src")
@@ -48,31 +70,43 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
     if (index is None) == (ptr is None):
         raise ValueError("pyg_fast: pass exactly one of 'index' and 'ptr'")
     layout, dim_size = _layout.segments(index, ptr, num_rows, dim_size, src.device, is_sorted=sorted)
-
     shape = list(src.shape)
-    pre = math.prod(shape[:dim])
-    src3 = src.reshape(pre, num_rows, -1) if src.numel() > 0 else src.new_zeros(pre, num_rows, math.prod(shape[dim + 1:]))
-    out = reduce_by_layout(src3, layout, reduce)
+    shape3 = (math.prod(shape[:dim]), num_rows, math.prod(shape[dim + 1:]))
     shape[dim] = dim_size
-    return out.reshape(shape)
+    reduce3, final = layout_reducer(src.reshape(shape3), layout, reduce)
+    # A plan is cached on the index or ptr it was made for: it must not hold that tensor.
+    own_ptr = layout.ptr is (index if ptr is None else ptr)
+    held_ptr = None if own_ptr else layout.ptr
+
+    def run(src: Tensor, segments: Tensor) -> Tensor:
+        return reduce3(src.reshape(shape3), segments if own_ptr else held_ptr).view(shape)
+    return run, final
 
 
 def reduce_by_layout(src3: Tensor, layout: _layout.SegmentLayout, reduce: str) -> Tensor:
     """Reduces ``src3`` [pre, E, F] over dimension 1 into ``layout``'s segments (a layout of
     ``_layout``, validated for E rows); ``reduce`` is a canonical name."""
-    if layout.perm is None:
-        return _segment_reduce_csr(src3, layout.ptr, reduce, layout.covers_all, layout.max_segment)
-    if src3.size(0) == 1:
-        from pyg_fast.ops.index_segment_reduce import _index_segment_reduce_csr
-        return _index_segment_reduce_csr(src3[0], layout.perm, layout.ptr, None, reduce,
-                                         layout.max_segment).unsqueeze(0)
-    return _segment_reduce_csr(src3.index_select(1, layout.perm), layout.ptr, reduce, True, layout.max_segment)
+    return layout_reducer(src3, layout, reduce)[0](src3, layout.ptr)
 
 
-def _segment_reduce_csr(src3: Tensor, ptr: Tensor, reduce: str, covers_all: bool,
-                        max_segment: Optional[int]) -> Tensor:
-    config, schedule_data = segment_launch(src3, ptr, src3.size(1), covers_all=covers_all, max_segment=max_segment)
-    return segment_reduce_op(src3.contiguous(), ptr, reduce, config, schedule_data)
+def layout_reducer(src3: Tensor, layout: _layout.SegmentLayout, reduce: str) -> Tuple[Plan, bool]:
+    """The function of (src3 [pre, E, F] like ``src3``, ``layout.ptr``) that reduces src3 into
+    ``layout``'s segments, with its launch chosen, and whether that launch is final."""
+    perm, covers_all, max_segment = layout.perm, layout.covers_all, layout.max_segment
+    if perm is None:
+        launch = segment_launch(src3, layout.ptr, src3.size(1), covers_all=covers_all, max_segment=max_segment)
+        return (lambda src3, ptr: segment_reduce_op(src3.contiguous(), ptr, reduce, launch.config, launch.data),
+                launch.final)
+    if src3.size(0) == 1:  # gather the rows in sorted order inside the kernel
+        from pyg_fast.ops.index_segment_reduce import index_segment_reduce_op
+        launch = segment_launch(src3, layout.ptr, perm.numel(), gather=True, max_segment=max_segment)
+        return (lambda src3, ptr: index_segment_reduce_op(src3[0].contiguous(), perm, ptr, None, reduce,
+                                                          launch.config, launch.data).unsqueeze(0),
+                launch.final)
+    launch = segment_launch(src3, layout.ptr, src3.size(1), max_segment=max_segment)
+    return (lambda src3, ptr: segment_reduce_op(src3.index_select(1, perm).contiguous(), ptr, reduce,
+                                                launch.config, launch.data),
+            launch.final)
 
 
 EXTREMA = ("max", "min", "amax", "amin")

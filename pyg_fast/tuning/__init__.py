@@ -41,7 +41,7 @@ import json
 import math
 import os
 from functools import lru_cache
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from torch import Tensor
 
@@ -67,6 +67,11 @@ _override: Optional[Dict] = None
 def rules() -> dict:
     with open(RULES_PATH) as f:
         return json.load(f)
+
+
+def overridden() -> bool:
+    """Whether :func:`set_override` forces the launches now (callers must not reuse kept ones)."""
+    return _override is not None
 
 
 def set_override(params: Optional[Dict]) -> None:
@@ -191,10 +196,21 @@ def _resolve(params: Dict, num_rows: int, num_segments: int, num_features: int, 
     return dict(schedule=schedule, lanes=lanes, vec=vec, threads=max(params["threads"], lanes, 32), chunk=chunk)
 
 
+class Launch(NamedTuple):
+    """The ``config`` and ``schedule_data`` arguments of a segment op. ``final``: the same input will
+    always get them (on the CPU, or on a device once graph-aware layouts are allowed there and no
+    override is set), so a caller may keep them with the graph."""
+    config: Sequence[int]
+    data: Optional[Tensor]
+    final: bool
+
+
+CPU_LAUNCH = Launch((), None, True)
+
+
 def segment_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool = False, heads: int = 1,
-                   covers_all: bool = True, max_segment: Optional[int] = None
-                   ) -> Tuple[List[int], Optional[Tensor]]:
-    """The ``config`` and ``schedule_data`` arguments of the segment ops: ``([], None)`` on CPU.
+                   covers_all: bool = True, max_segment: Optional[int] = None) -> Launch:
+    """The launch of a segment op over ``values``: :data:`CPU_LAUNCH` on CPU.
 
     ``values`` is the tensor whose rows are reduced (its last dimension is F); ``ptr`` the CSR
     pointer of the segments; ``num_rows`` the number of rows reduced (E); ``covers_all``: the
@@ -202,15 +218,15 @@ def segment_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool = Fa
     layout of a graph-aware schedule is built here once per graph (cached on ``ptr``).
     """
     if not values.is_cuda:
-        return [], None
+        return CPU_LAUNCH
     return _device_launch(values, ptr, num_rows, gather, heads, covers_all, max_segment)
 
 
 def _device_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool, heads: int, covers_all: bool,
-                   max_segment: Optional[int]) -> Tuple[List[int], Optional[Tensor]]:
-    """:func:`segment_launch` for a device input. Once graph-aware schedules are allowed on ``ptr``
-    the launch is final and memoised with ``ptr``: a repeated reduction then costs one cache lookup
-    instead of counting the use, selecting and looking up the layout (a few us per call)."""
+                   max_segment: Optional[int]) -> Launch:
+    """:func:`segment_launch` for a device input. A final launch is memoised with ``ptr``: a repeated
+    reduction then costs one cache lookup instead of counting the use, selecting and looking up the
+    layout (a few us per call)."""
     tracing = _layout._compiling(values, ptr)
     memo = key = None
     if not tracing and _override is None:
@@ -221,14 +237,13 @@ def _device_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool, hea
             return launch
     graph_aware = not tracing and _layout.uses(ptr) >= LAYOUT_AFTER_USES
     launch = _resolve_launch(values, ptr, num_rows, gather, heads, covers_all, max_segment, graph_aware, tracing)
-    if memo is not None and graph_aware:
+    if launch.final:
         memo[key] = launch
     return launch
 
 
 def _resolve_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool, heads: int, covers_all: bool,
-                    max_segment: Optional[int], graph_aware: bool, tracing: bool
-                    ) -> Tuple[List[int], Optional[Tensor]]:
+                    max_segment: Optional[int], graph_aware: bool, tracing: bool) -> Launch:
     num_features = values.size(-1)
     p = choose(num_rows, ptr.numel() - 1, num_features, values.element_size(), gather, num_features // heads,
                max_segment, graph_aware)
@@ -240,4 +255,5 @@ def _resolve_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool, he
         data = _layout.neighbor_groups(ptr, p["chunk"])
     elif schedule == "balanced":
         data = _layout.balanced_order(ptr)
-    return [SCHEDULES[schedule], p["lanes"], p["vec"], p["threads"], p["chunk"]], data
+    return Launch([SCHEDULES[schedule], p["lanes"], p["vec"], p["threads"], p["chunk"]], data,
+                  graph_aware and _override is None)

@@ -267,3 +267,25 @@ def test_unsorted_sources_follow_in_place_changes(device):
         assert_close(got, reference(x, src, dst, w, 30, "sum"), torch.float64)
         src.copy_(torch.randint(0, 40, (300,), device=device))
         dst[:5] = torch.tensor([29, 0, 3, 3, 7], device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("sorted_dst", [True, False])
+def test_repeated_calls_follow_sources_weights_and_shapes(device, sorted_dst):
+    """A call is checked and resolved once per graph and kind of inputs, then reused: other source
+    indices with the same destinations, other weight shapes and dtypes, and other x shapes must
+    still give the reference's numbers."""
+    dst = torch.randint(0, 30, (300,), device=device)
+    if sorted_dst:
+        dst = dst.sort().values
+    x = torch.randn(40, 2, 6, dtype=torch.float64, device=device)
+    sources = [torch.randint(0, 40, (300,), device=device) for _ in range(2)]
+    weights = [None, torch.rand(300, dtype=torch.float64, device=device),
+               torch.rand(300, 2, dtype=torch.float64, device=device), torch.rand(300, device=device)]
+    for _ in range(3):  # planned on the device's second call, reused from the third
+        for src in sources + [sources[0].int()]:
+            for weight in weights:
+                for xs in (x, x.flatten(1), x[:, 0]):  # 2 heads divide 12 and 6 features
+                    got = pyg_fast.index_weight_segment_reduce(xs, src, dst, weight, 30, "sum")
+                    want = reference(xs, src.long(), dst, weight, 30, "sum")
+                    assert_close(got, want, torch.float64)

@@ -305,3 +305,71 @@ def test_device_launch_memo_matches_selection():
     second = tuning._device_launch(*args)
     assert second == tuning._resolve_launch(*args, graph_aware=True, tracing=False)
     assert tuning._device_launch(*args) is second
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["sorted", "unsorted", "ptr", "int32_ptr"])
+def test_repeated_calls_follow_src_and_index_changes(device, kind):
+    """A call is checked and resolved once per index and kind of src, then reused (see
+    ``segment_reduce``'s plans): later calls with other shapes, dtypes, dims or dim sizes, and calls
+    after the index changed in place, must still give the reference's numbers."""
+    index = random_index(200, 30, device)
+    if kind == "unsorted":
+        index = index[torch.randperm(200, device=device)]
+    ptr = torch._convert_indices_from_coo_to_csr(index, 30)
+    if kind == "int32_ptr":
+        ptr = ptr.int()
+
+    def check(src, dim=0, dim_size=30, reduce="max"):
+        for _ in range(3):  # planned on the device's second call, reused from the third
+            if kind.endswith("ptr"):
+                out = pyg_fast.segment_reduce(src, ptr=ptr, reduce=reduce, dim=dim)
+            else:
+                out = pyg_fast.segment_reduce(src, index, dim_size=dim_size, reduce=reduce, dim=dim)
+            assert_close(out, scatter_reference(src, index, dim_size, reduce, dim=dim), src.dtype)
+
+    check(torch.randn(200, 5, device=device))
+    check(torch.randn(200, 5, device=device), reduce="mean")
+    check(torch.randn(200, 3, dtype=torch.float64, device=device))
+    check(torch.randn(4, 200, 2, device=device), dim=1)
+    check(torch.randn(6, 200, device=device).t())  # non-contiguous
+    if not kind.endswith("ptr"):
+        check(torch.randn(200, 5, device=device), dim_size=31)
+    # In place: the last rows move to the last segment (the index stays sorted where it was).
+    index[-3:] = 29
+    ptr.copy_(torch._convert_indices_from_coo_to_csr(index, 30))
+    check(torch.randn(200, 5, device=device))
+
+
+def test_kept_plans_do_not_keep_their_index_alive():
+    """Plans are cached on the index (or ptr) they were made for: they must not hold it, nor the
+    edge_index it is a row of."""
+    import gc
+    import weakref
+    edge_index = torch.stack([torch.randint(0, 20, (100,)), torch.randint(0, 20, (100,)).sort().values])
+    ptr = torch._convert_indices_from_coo_to_csr(edge_index[1], 20)
+    x, src, weight = torch.randn(20, 4), torch.randn(100, 4), torch.rand(100)
+    for _ in range(2):
+        pyg_fast.segment_reduce(src, edge_index[1], dim_size=20)
+        pyg_fast.segment_reduce(src, ptr=ptr)
+        pyg_fast.index_weight_segment_reduce(x, edge_index[0], edge_index[1], weight, 20)
+        pyg_fast.index_weight_segment_reduce(x, edge_index[0], ptr=ptr)
+    refs = [weakref.ref(edge_index), weakref.ref(ptr)]
+    del edge_index, ptr
+    gc.collect()
+    assert [ref() for ref in refs] == [None, None]
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="overrides are CUDA-only")
+def test_override_applies_to_a_graph_with_kept_plans():
+    from pyg_fast import tuning
+    index = random_index(300, 40, "cuda")
+    src = torch.randn(300, 4, device="cuda")
+    for _ in range(3):  # the launch is final (and the call kept) from the second call on
+        pyg_fast.segment_reduce(src, index, dim_size=40)
+    tuning.set_override(dict(schedule="edges", max_lanes=1, threads=512, chunk=64))
+    try:
+        with pytest.raises(ValueError, match="at most 256 threads"):
+            pyg_fast.segment_reduce(src, index, dim_size=40)
+    finally:
+        tuning.set_override(None)

@@ -86,7 +86,7 @@ def test_override_wins_and_resolves(table):
 
 def test_cpu_takes_no_config():
     values, ptr = torch.randn(5, 3), torch.tensor([0, 2, 5])
-    assert tuning.segment_launch(values, ptr, 5) == ([], None)
+    assert tuning.segment_launch(values, ptr, 5) == tuning.CPU_LAUNCH
 
 
 def test_shipped_rules_name_known_schedules():
