@@ -123,9 +123,9 @@ inline int64_t num_sms() {
   return count[device];
 }
 
-// Zeroed arrival counters of the groups and edges schedules, at least `count`, one set per stream:
-// kernels on a stream run in order and each leaves its counters zeroed, so the next reuses them
-// without a memset, while kernels on different streams never share a set. Under graph capture a fresh zeroed set is
+// Zeroed arrival counters of the groups schedule, at least `count`, one set per stream: kernels on a
+// stream run in order and each leaves its counters zeroed, so the next reuses them without a memset,
+// while kernels on different streams never share a set. Under graph capture a fresh zeroed set is
 // made (the capture records its memset) and not kept.
 inline at::Tensor arrival_counters(int64_t count, const at::Tensor& like, cudaStream_t stream) {
   const auto options = like.options().dtype(at::kInt);
@@ -208,26 +208,22 @@ void launch_segment_reduce(const SegmentConfig& c, const GraphLayout& layout, co
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       return;
     }
-    case Schedule::Chunk: {  // chunks, then a pass over the segments to combine the crossing ones
+    case Schedule::Chunk:
+    case Schedule::Edges: {
       const int64_t num_chunks = (rows.num_rows + c.chunk - 1) / c.chunk;
       const at::Tensor carry = carry_buffer(num_chunks);
       acc_t* cp = carry.mutable_data_ptr<acc_t>();
-      segment_chunks_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_chunks, c), c.threads, 0, stream>>>(
-          p, num_segments, batch, c.chunk, num_chunks, groups, rows, o, cp);
+      if (c.schedule == Schedule::Chunk) {
+        segment_chunks_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_chunks, c), c.threads, 0, stream>>>(
+            p, num_segments, batch, c.chunk, num_chunks, groups, rows, o, cp);
+      } else {  // a warp per chunk
+        segment_edges_kernel<scalar_t, acc_t, R, VEC>
+            <<<grid_for(batch * num_chunks, c.threads / kWarpSize), c.threads, 0, stream>>>(
+                p, num_segments, batch, c.chunk, num_chunks, c.lanes, rows, o, cp);
+      }
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       segment_fixup_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_segments, c), c.threads, 0, stream>>>(
           p, rows.num_rows, num_segments, batch, rows.num_features, c.chunk, num_chunks, groups, cp, o);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-      return;
-    }
-    case Schedule::Edges: {  // a warp per chunk, one launch
-      const int64_t num_chunks = (rows.num_rows + c.chunk - 1) / c.chunk;
-      const at::Tensor carry = carry_buffer(num_chunks);
-      const at::Tensor arrivals = arrival_counters(num_chunks, out, stream);
-      segment_edges_kernel<scalar_t, acc_t, R, VEC>
-          <<<grid_for(batch * num_chunks, c.threads / kWarpSize), c.threads, 0, stream>>>(
-              p, num_segments, batch, c.chunk, num_chunks, c.lanes, rows, o, carry.mutable_data_ptr<acc_t>(),
-              reinterpret_cast<unsigned*>(arrivals.mutable_data_ptr<int32_t>()));
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       return;
     }

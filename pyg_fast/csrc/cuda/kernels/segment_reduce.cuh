@@ -339,20 +339,36 @@ __global__ void segment_chunks_kernel(const int64_t* __restrict__ ptr, int64_t n
 // Folds into acc the partials that chunks c0 .. c1 (c0 < c1) left in carry for one segment, at
 // features f0 .. f0 + VEC of batch b, in chunk order: slot 1 of c0 when the segment starts inside
 // c0, slot 0 everywhere else. Read from L2 (__ldcg): in the groups schedule other blocks of the same
-// launch wrote them, and this SM's L1 may hold an older copy of their lines.
-template <typename acc_t, Reduce R, int VEC>
+// launch wrote them, and this SM's L1 may hold an older copy of their lines. UNROLL partials' loads
+// are issued together: a segment over many chunks (a hub) then costs (c1 - c0 + 1) / UNROLL round
+// trips to L2 rather than one per chunk, which bounds the fixup pass's time.
+template <int UNROLL, typename acc_t, Reduce R, int VEC>
 __device__ __forceinline__ void fold_carries(const acc_t* __restrict__ carry, int64_t b, int64_t num_chunks,
                                              int64_t F, int64_t f0, int64_t c0, int64_t c1, bool starts_inside,
                                              acc_t (&acc)[VEC]) {
-#pragma unroll 1  // a rare path: unrolled, its loads in flight cost the main loop's occupancy registers
-  for (int64_t c = c0; c <= c1; ++c) {
-    const acc_t* part = carry + ((b * num_chunks + c) * 2 + (c == c0 && starts_inside ? 1 : 0)) * F + f0;
+#pragma unroll 1  // the groups kernel's rare path (UNROLL 1): unrolled, its loads in flight cost the main loop's registers
+  for (int64_t c = c0; c <= c1; c += UNROLL) {
+    acc_t part[UNROLL][VEC];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) acc[k] = Reducer<R, acc_t>::update(acc[k], __ldcg(part + k));
+    for (int u = 0; u < UNROLL; ++u) {
+      const int64_t chunk = c + u;
+      const acc_t* slot = carry + ((b * num_chunks + chunk) * 2 + (chunk == c0 && starts_inside ? 1 : 0)) * F + f0;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) part[u][k] = chunk <= c1 ? __ldcg(slot + k) : acc_t(0);
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      if (c + u > c1) break;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) acc[k] = Reducer<R, acc_t>::update(acc[k], part[u][k]);
+    }
   }
 }
 
-// Pass 2 of the chunk schedule: one group per segment; combines the carries of segments
+// Carries the fixup pass folds per round trip (see fold_carries).
+constexpr int kFixupUnroll = 8;
+
+// Pass 2 of the chunk and edges schedules: one group per segment; combines the carries of segments
 // that cross chunk boundaries (chunks of `chunk` consecutive rows) and writes empty segments.
 template <typename scalar_t, typename acc_t, Reduce R, int VEC>
 __global__ void segment_fixup_kernel(const int64_t* __restrict__ ptr, int64_t num_rows, int64_t num_segments,
@@ -370,80 +386,14 @@ __global__ void segment_fixup_kernel(const int64_t* __restrict__ ptr, int64_t nu
     for (int64_t f0 = static_cast<int64_t>(groups.lane()) * VEC; f0 < F; f0 += tile) {
       acc_t acc[VEC];
       init_acc<acc_t, R, VEC>(acc);
-      if (!empty) fold_carries<acc_t, R, VEC>(carry, b, num_chunks, F, f0, c0, c1, lo != c0 * chunk, acc);
+      if (!empty) fold_carries<kFixupUnroll, acc_t, R, VEC>(carry, b, num_chunks, F, f0, c0, c1, lo != c0 * chunk, acc);
       store_final<scalar_t, acc_t, R, VEC>(out + (b * num_segments + r) * F + f0, acc, hi - lo);
     }
   }
 }
 
-// The end of a segment r whose partials lie in the carry slots of chunks (or blocks) c0 .. c1 (slot
-// 1 of c0 when r starts inside c0, slot 0 elsewhere), run by the `lanes` threads of one group
-// (`lane` is this thread's index in it) once its chunk's partials of r are written, for every b and
-// feature: counts the chunk in at arrivals[c0], and the last of the `expected` arrivals combines the
-// partials in chunk order, writes the segment and resets the counter (so the next launch finds it
-// zeroed): deterministic, valid for every reduction, no second pass over the segments.
-template <typename scalar_t, typename acc_t, Reduce R, int VEC>
-__device__ __forceinline__ void combine_spanning_segment(int64_t r, int64_t c0, int64_t c1, bool starts_inside,
-                                                         int64_t expected, int64_t count, int64_t num_segments,
-                                                         int64_t batch, int64_t F, int64_t num_chunks, int lane,
-                                                         int lanes, const acc_t* __restrict__ carry,
-                                                         scalar_t* __restrict__ out, unsigned* __restrict__ arrivals) {
-  const int warp_lane = threadIdx.x % kWarpSize;
-  const unsigned group_mask =
-      lanes == kWarpSize ? kFullMask : ((1u << lanes) - 1u) << (warp_lane - lane);  // this group's lanes
-  // The group's carry stores happen before lane 0's release (the warp barrier orders them, the
-  // release is cumulative); the last arrival's acquire happens before the group's loads. Lighter
-  // than a full __threadfence around the count.
-  __syncwarp(group_mask);
-  unsigned arrived = 0;
-  if (lane == 0)
-    arrived = ::cuda::atomic_ref<unsigned, ::cuda::thread_scope_device>(arrivals[c0]).fetch_add(
-                  1u, ::cuda::std::memory_order_acq_rel) + 1u;
-  arrived = __shfl_sync(group_mask, arrived, 0, lanes);
-  if (arrived != static_cast<unsigned>(expected)) return;
-  __syncwarp(group_mask);
-  const int64_t tile = static_cast<int64_t>(lanes) * VEC;
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t f0 = static_cast<int64_t>(lane) * VEC; f0 < F; f0 += tile) {
-      acc_t acc[VEC];
-      init_acc<acc_t, R, VEC>(acc);
-      fold_carries<acc_t, R, VEC>(carry, b, num_chunks, F, f0, c0, c1, starts_inside, acc);
-      store_final<scalar_t, acc_t, R, VEC>(out + (b * num_segments + r) * F + f0, acc, count);
-    }
-  }
-  if (lane == 0) arrivals[c0] = 0;
-}
-
-// combine_spanning_segment for the groups schedule: segment r's groups span blocks c0 .. c1, each of
-// its blocks arrives once per batch row of the grid. Not inlined (nor is the edges schedule's): the
-// kernel's main loop then keeps its registers (and occupancy), which this rare path would raise.
-template <typename scalar_t, typename acc_t, Reduce R, int VEC>
-__device__ __noinline__ void finish_spanning_group(const int64_t* __restrict__ group_ptr, int64_t r, int64_t count,
-                                                   int64_t num_segments, int64_t batch, int64_t F, int lanes,
-                                                   const acc_t* __restrict__ carry, scalar_t* __restrict__ out,
-                                                   unsigned* __restrict__ arrivals) {
-  const int per_block = blockDim.x / lanes;
-  const int64_t c0 = group_ptr[r] / per_block, c1 = (group_ptr[r + 1] - 1) / per_block;
-  combine_spanning_segment<scalar_t, acc_t, R, VEC>(r, c0, c1, group_ptr[r] != c0 * per_block,
-                                                    (c1 - c0 + 1) * gridDim.y, count, num_segments, batch, F,
-                                                    gridDim.x, threadIdx.x % lanes, lanes, carry, out, arrivals);
-}
-
-// combine_spanning_segment for the edges schedule: segment r's rows span chunks c0 .. c1 of `chunk`
-// rows, each chunk arrives once per batch row; run by a whole warp.
-template <typename scalar_t, typename acc_t, Reduce R, int VEC>
-__device__ __noinline__ void finish_spanning_chunk(const int64_t* __restrict__ ptr, int64_t r, int64_t num_segments,
-                                                   int64_t batch, int64_t F, int64_t chunk, int64_t num_chunks,
-                                                   const acc_t* __restrict__ carry, scalar_t* __restrict__ out,
-                                                   unsigned* __restrict__ arrivals) {
-  const int64_t lo = ptr[r], hi = ptr[r + 1], c0 = lo / chunk, c1 = min((hi - 1) / chunk, num_chunks - 1);
-  combine_spanning_segment<scalar_t, acc_t, R, VEC>(r, c0, c1, lo != c0 * chunk, (c1 - c0 + 1) * batch, hi - lo,
-                                                    num_segments, batch, F, num_chunks, threadIdx.x % kWarpSize,
-                                                    kWarpSize, carry, out, arrivals);
-}
-
-// Edge-parallel schedule (GeoT's parallel reduction over the rows of many segments at once, for
-// small F), one launch: one warp per chunk of `chunk` consecutive rows, whatever segments they belong
+// Edge-parallel schedule, pass 1 (GeoT's parallel reduction over the rows of many segments at
+// once, for small F): one warp per chunk of `chunk` consecutive rows, whatever segments they belong
 // to. The warp's lanes form 32 / lanes runs of `lanes` feature lanes (VEC features each); per step,
 // run j walks kRunRows consecutive rows sequentially (their index and row loads issued together,
 // contiguous per lane) and writes each segment that starts and ends inside it at once. What the run
@@ -451,10 +401,9 @@ __device__ __noinline__ void finish_spanning_chunk(const int64_t* __restrict__ p
 // across the warp's runs by one segmented scan per step keyed by segment, so a warp spends a few
 // shuffles per run rather than per row, and no lane idles on a short segment (the row schedules give
 // a short segment a whole group). The segment open at the end of a step carries into the next in
-// registers. A segment that crosses chunks leaves one partial per chunk in the chunk schedule's carry
-// slots (same layout), and the last of its chunks to arrive combines them (finish_spanning_chunk).
-// Empty segments are written by the run that walks past them (those before row 0 by chunk 0).
-// Deterministic. Requires ptr[0] == 0 and ptr[V] == E.
+// registers; segments that cross a chunk leave partials in the chunk schedule's carry slots (same
+// layout), which segment_fixup_kernel combines, as it writes the empty segments. Deterministic, no
+// atomics. Requires ptr[0] == 0 and ptr[V] == E.
 constexpr int kRunRows = 8;
 // Threads per block of the edges schedule, at most (the launcher checks). One-value vectors hold
 // 3 blocks per SM: at 256 threads, at most 85 registers, 24 warps to hide the run loads' latency.
@@ -492,8 +441,7 @@ __device__ __forceinline__ int warp_count_at_most(int64_t bound, int64_t e) {
 template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
 __global__ void __launch_bounds__(kEdgesMaxThreads, edges_min_blocks(VEC)) segment_edges_kernel(const int64_t* __restrict__ ptr, int64_t num_segments, int64_t batch,
                                      int64_t chunk, int64_t num_chunks, int lanes, Rows rows,
-                                     scalar_t* __restrict__ out, acc_t* __restrict__ carry,
-                                     unsigned* __restrict__ arrivals) {
+                                     scalar_t* __restrict__ out, acc_t* __restrict__ carry) {
   using Red = Reducer<R, acc_t>;
   const int lane = threadIdx.x % kWarpSize, feature_lane = lane % lanes, run = lane / lanes;
   const int runs = kWarpSize / lanes;
@@ -507,9 +455,6 @@ __global__ void __launch_bounds__(kEdgesMaxThreads, edges_min_blocks(VEC)) segme
     const int64_t e_begin = c * chunk, e_end = min(e_begin + chunk, E);
     const int64_t r_first = warp_segment_of(ptr, V, e_begin, lane);
     const bool first_inside = ptr[r_first] >= e_begin;  // r_first starts in this chunk
-    if (c == 0)  // the segments before r_first end at row 0: empty
-      for (int64_t k = lane; k < r_first * F; k += kWarpSize) out[b * V * F + k] = scalar_t(0);
-    int64_t r_last = r_first;  // the segment open at the chunk's end
     for (int64_t f_base = 0; f_base < F; f_base += tile) {
       const int64_t f0 = f_base + static_cast<int64_t>(feature_lane) * VEC;
       const bool has_f = f0 < F;
@@ -559,7 +504,7 @@ __global__ void __launch_bounds__(kEdgesMaxThreads, edges_min_blocks(VEC)) segme
 #pragma unroll
               for (int k = 0; k < VEC; ++k) head_acc[k] = acc[k];
               head_open = false;
-            } else if (has_f) {  // started and ended in this run, or empty
+            } else if (r_hi > r_lo && has_f) {  // started and ended in this run; empty ones: fixup
               store_final<scalar_t, acc_t, R, VEC>(out + (b * V + r) * F + f0, acc, r_hi - r_lo);
             }
             init_acc<acc_t, R, VEC>(acc);
@@ -606,16 +551,46 @@ __global__ void __launch_bounds__(kEdgesMaxThreads, edges_min_blocks(VEC)) segme
 #pragma unroll
         for (int k = 0; k < VEC; ++k) slot[k] = open[k];
       }
-      r_last = r_open;
     }
-    // The segments crossing into or out of this chunk, their partials here written (all features).
-    if (!first_inside)
-      finish_spanning_chunk<scalar_t, acc_t, R, VEC>(ptr, r_first, V, batch, F, chunk, num_chunks, carry, out,
-                                                     arrivals);
-    if (r_last < V && ptr[r_last] < e_end && (r_last != r_first || first_inside))
-      finish_spanning_chunk<scalar_t, acc_t, R, VEC>(ptr, r_last, V, batch, F, chunk, num_chunks, carry, out,
-                                                     arrivals);
   }
+}
+
+// The groups schedule's end for a segment r whose groups span blocks c0 .. c1, called by the group
+// that led r in this block once the block's partials of r are written (for every b and feature):
+// counts the block in, and the last of the (c1 - c0 + 1) * gridDim.y blocks to arrive combines the
+// partials and resets the counter. Not inlined: the kernel's main loop then keeps its registers
+// (and occupancy), which this rare path would otherwise raise.
+template <typename scalar_t, typename acc_t, Reduce R, int VEC>
+__device__ __noinline__ void finish_spanning_segment(const int64_t* __restrict__ group_ptr, int64_t r, int64_t count,
+                                                     int64_t num_segments, int64_t batch, int64_t F, int lanes,
+                                                     const acc_t* __restrict__ carry, scalar_t* __restrict__ out,
+                                                     unsigned* __restrict__ arrivals) {
+  const int per_block = blockDim.x / lanes, lane = threadIdx.x % lanes;
+  const int64_t span_first = group_ptr[r], c0 = span_first / per_block, c1 = (group_ptr[r + 1] - 1) / per_block;
+  const int warp_lane = threadIdx.x % kWarpSize;
+  const unsigned group_mask =
+      lanes == kWarpSize ? kFullMask : ((1u << lanes) - 1u) << (warp_lane - lane);  // this group's lanes
+  // The group's carry stores happen before lane 0's release (the warp barrier orders them, the
+  // release is cumulative); the last arrival's acquire happens before the group's loads. Lighter
+  // than a full __threadfence around the count.
+  __syncwarp(group_mask);
+  unsigned arrived = 0;
+  if (lane == 0)
+    arrived = ::cuda::atomic_ref<unsigned, ::cuda::thread_scope_device>(arrivals[c0]).fetch_add(
+                  1u, ::cuda::std::memory_order_acq_rel) + 1u;
+  arrived = __shfl_sync(group_mask, arrived, 0, lanes);
+  if (arrived != static_cast<unsigned>((c1 - c0 + 1) * gridDim.y)) return;
+  __syncwarp(group_mask);
+  const int64_t tile = static_cast<int64_t>(lanes) * VEC;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t f0 = static_cast<int64_t>(lane) * VEC; f0 < F; f0 += tile) {
+      acc_t acc[VEC];
+      init_acc<acc_t, R, VEC>(acc);
+      fold_carries<1, acc_t, R, VEC>(carry, b, gridDim.x, F, f0, c0, c1, span_first != c0 * per_block, acc);
+      store_final<scalar_t, acc_t, R, VEC>(out + (b * num_segments + r) * F + f0, acc, count);
+    }
+  }
+  if (lane == 0) arrivals[c0] = 0;
 }
 
 // Neighbour-group schedule (GNNAdvisor), one launch. The layout (built once per graph by
@@ -691,8 +666,8 @@ __global__ void segment_groups_kernel(const int64_t* __restrict__ ptr, const int
     }
   }
   if (leader && !whole)
-    finish_spanning_group<scalar_t, acc_t, R, VEC>(group_ptr, r, seg_hi - seg_lo, num_segments, batch, F, lanes, carry,
-                                                   out, arrivals);
+    finish_spanning_segment<scalar_t, acc_t, R, VEC>(group_ptr, r, seg_hi - seg_lo, num_segments, batch, F, lanes,
+                                                     carry, out, arrivals);
 }
 
 // Balanced-rows schedule (G-Sparse). One warp per segment, segments taken in the order row_order
