@@ -6,7 +6,7 @@ segment_matmul.py), registered here as the op's CUDA implementation.
 import functools
 import warnings
 import weakref
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -31,6 +31,55 @@ def segment_matmul(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Te
     True, or when it is None and ``torch.are_deterministic_algorithms_enabled()`` (read when the
     forward runs).
     """
+    plans = _layout.plans(ptr, inputs)
+    key = _plan_key(inputs, other, bias, deterministic) if plans is not None else None
+    if key is not None:
+        run = plans.get(key)
+        if run is not None:
+            return run(inputs, ptr, other, bias)
+    run, final = _plan(inputs, ptr, other, bias, deterministic)
+    if final and key is not None:
+        _layout.keep(plans, key, run)
+    return run(inputs, ptr, other, bias)
+
+
+Plan = Callable[[Tensor, Tensor, Tensor, Optional[Tensor]], Tensor]
+
+
+def _plan_key(inputs: Tensor, other: Tensor, bias: Optional[Tensor], deterministic: Optional[bool]) -> Optional[Tuple]:
+    """What a resolved call depends on besides ``ptr`` (on which plans are cached): the kinds of
+    the tensors, which gradients flow, the weight-gradient mode and the TF32 switch. None where
+    ``other`` or ``bias`` is not a tensor (:func:`_plan` names the problem)."""
+    grad = torch.is_grad_enabled()
+    try:
+        return (inputs.shape, inputs.dtype, inputs.device, grad and inputs.requires_grad,
+                other.shape, other.dtype, other.device, grad and other.requires_grad,
+                None if bias is None else (bias.shape, bias.dtype, bias.device, grad and bias.requires_grad),
+                _use_deterministic(deterministic), torch._C._get_cublas_allow_tf32())
+    except AttributeError:
+        return None
+
+
+def _plan(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Tensor],
+          deterministic: Optional[bool]) -> Tuple[Plan, bool]:
+    """Checks a call of :func:`segment_matmul` and resolves it: the function of (inputs, ptr,
+    other, bias) that computes it, and whether it may be kept for the next call with the same ptr
+    and a :func:`_plan_key`-equal call (which then skips the checks and lookups)."""
+    _check_args(inputs, ptr, other, bias)
+    deterministic = _use_deterministic(deterministic)
+    if inputs.is_cuda and not _layout._compiling(inputs, other):
+        return _cuda_call(inputs, ptr, other, bias, deterministic)
+    ptr_long = _layout.ptr_layout(ptr, inputs.size(0), covers_all=True).ptr
+    # A plan is cached on the ptr it was made for: it must not hold that tensor.
+    held_ptr = None if ptr_long is ptr else ptr_long
+
+    def run(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Tensor]) -> Tensor:
+        return segment_matmul_op(inputs.contiguous(), ptr if held_ptr is None else held_ptr, other.contiguous(),
+                                 _contiguous(bias), deterministic)
+    return run, True
+
+
+def _check_args(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Tensor]) -> None:
     check_float(inputs, "inputs")
     check_float(other, "other")
     if inputs.dim() != 2 or other.dim() != 3 or inputs.size(1) != other.size(1):
@@ -45,24 +94,13 @@ def segment_matmul(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Te
         if bias.shape != (other.size(0), other.size(2)) or bias.dtype != inputs.dtype or bias.device != inputs.device:
             raise ValueError(f"pyg_fast: 'bias' must be [T, N] = [{other.size(0)}, {other.size(2)}] of "
                              f"{inputs.dtype} on {inputs.device}, got {tuple(bias.shape)} {bias.dtype} on {bias.device}")
-        bias = bias.contiguous()
     check_index_tensor(ptr, "ptr", other.size(0) + 1, ptr.device)
     if ptr.device.type != "cpu" and ptr.device != inputs.device:
         raise ValueError(f"pyg_fast: 'ptr' must be on the CPU or on {inputs.device}, got {ptr.device}")
-    if inputs.is_cuda and not _layout._compiling(inputs, other):
-        plan = _cuda_plan(ptr, inputs.size(0), inputs.device)
-        inputs, other = inputs.contiguous(), other.contiguous()
-        grad = torch.is_grad_enabled()
-        needs = (grad and inputs.requires_grad, grad and other.requires_grad,
-                 grad and bias is not None and bias.requires_grad)
-        handle = _native_program(inputs, plan, other, bias, needs, deterministic)
-        if handle is not None:
-            return _program_op()(inputs, other, bias, handle)
-        if any(needs):
-            return _EagerCUDA.apply(inputs, other, bias, deterministic, plan)
-        return _cuda_forward(inputs, plan, other, bias)  # inference: no autograd node to build
-    ptr = _layout.ptr_layout(ptr, inputs.size(0), covers_all=True).ptr
-    return segment_matmul_op(inputs.contiguous(), ptr, other.contiguous(), bias, deterministic)
+
+
+def _contiguous(t: Optional[Tensor]) -> Optional[Tensor]:
+    return None if t is None else t.contiguous()
 
 
 def gather_segment_matmul(inputs: Tensor, types: Tensor, other: Tensor, bias: Optional[Tensor] = None, *,
@@ -204,19 +242,47 @@ def _program_op():
     return getattr(overload, "_op", overload)
 
 
+def _cuda_call(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Tensor],
+               deterministic: bool) -> Tuple[Plan, bool]:
+    """:func:`_plan` for eager CUDA calls. The kernels run from C++ through the program of the call's
+    shape (:func:`_native_program`) while the tensors are 16-byte aligned and no Triton launch hook
+    (a profiler, which only Triton's own launcher calls) is set, both checked per call; else from
+    Python (:class:`_EagerCUDA`, or the forward alone where no gradient flows), as always for
+    float64 (cuBLAS loop). The plan is not kept where one of those passing conditions kept the
+    program from being built."""
+    plan = _cuda_plan(ptr, inputs.size(0), inputs.device)
+    grad = torch.is_grad_enabled()
+    needs = (grad and inputs.requires_grad, grad and other.requires_grad,
+             grad and bias is not None and bias.requires_grad)
+    handle = None
+    native_allowed = _triton_kernels().native_launch_allowed
+    x, w, b = inputs.contiguous(), other.contiguous(), _contiguous(bias)
+    ready = _aligned(x, w, b) and native_allowed()
+    if inputs.dtype != torch.float64 and ready:
+        handle = _native_program(x, plan, w, b, needs, deterministic)
+    program_op = _program_op()
+
+    def run(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Tensor]) -> Tensor:
+        inputs, other, bias = inputs.contiguous(), other.contiguous(), _contiguous(bias)
+        if handle is not None and _aligned(inputs, other, bias) and native_allowed():
+            return program_op(inputs, other, bias, handle)
+        if any(needs):
+            return _EagerCUDA.apply(inputs, other, bias, deterministic, plan)
+        return _cuda_forward(inputs, plan, other, bias)  # inference: no autograd node to build
+    return run, ready or inputs.dtype == torch.float64
+
+
+def _aligned(x: Tensor, w: Tensor, bias: Optional[Tensor]) -> bool:
+    """Whether the data is 16-byte aligned, as the kernels the C++ programs launch assume."""
+    return not (x.data_ptr() | w.data_ptr() | (0 if bias is None else bias.data_ptr())) & 15
+
+
 def _native_program(x: Tensor, plan, w: Tensor, bias: Optional[Tensor], needs: Tuple[bool, bool, bool],
-                    deterministic: Optional[bool]):
-    """The handle of the C++ program that runs this call and its backward (kernels launched from
-    C++, a C++ autograd node), built once per plan and call shape and released with the plan.
-    None where Python launches the kernels: float64 (cuBLAS loop), empty sizes, data not 16-byte
-    aligned, a Triton launch hook set (a profiler), or kernels the C++ launcher cannot describe
-    (warned once)."""
-    if x.dtype == torch.float64 or (x.data_ptr() | w.data_ptr() | (0 if bias is None else bias.data_ptr())) & 15:
-        return None
+                    deterministic: bool) -> Optional[int]:
+    """The handle of the C++ program that runs calls of this shape and their backward (kernels
+    launched from C++, a C++ autograd node), built once per plan and call shape and released with
+    the plan. None for empty sizes, or kernels the C++ launcher cannot describe (warned once)."""
     kernels = _triton_kernels()
-    if not kernels.native_launch_allowed():
-        return None
-    deterministic = _use_deterministic(deterministic)
     key = ("program", x.size(1), w.size(2), x.dtype, kernels.dot_precision(x.dtype), bias is not None, needs,
            deterministic)
 
