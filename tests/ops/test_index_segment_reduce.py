@@ -157,6 +157,8 @@ def test_bad_inputs_raise_clear_errors():
         pyg_fast.index_segment_reduce(x, src, ptr=torch.tensor([0, 2, 3]))
     with pytest.raises(IndexError, match="src_index"):
         torch.ops.pyg_fast.index_segment_reduce(x, src + 1, torch.tensor([0, 2, 3, 4]), None, "sum", [])
+    with pytest.raises(TypeError, match="int64"):  # int32 sources: the CUDA edges schedule's only
+        torch.ops.pyg_fast.index_segment_reduce(x, src.int(), torch.tensor([0, 2, 3, 4]), None, "sum", [])
 
 
 def test_compile_fullgraph_backward_traced_cpu():
@@ -234,6 +236,39 @@ def test_every_cuda_schedule_on_graphs(params, kind, reduce):
     assert_close(out, ref, torch.float32, scale=3)
     assert_close(xs.grad, x64.grad, torch.float32, scale=3)
     assert_close(ws.grad, w64.grad, torch.float32, scale=3)
+
+
+EDGES_ON_GRAPHS = [p for p in SCHEDULES_ON_GRAPHS if p["schedule"] == "edges"] + [
+    dict(schedule="edges", max_lanes=1, threads=64, chunk=100), dict(schedule="edges", max_lanes=4, threads=128, chunk=37)]
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
+@pytest.mark.parametrize("params", EDGES_ON_GRAPHS, ids=lambda p: f"{p['schedule']}-{p['max_lanes']}-{p['chunk']}")
+@pytest.mark.parametrize("kind", ["power_law", "isolated", "hub"])
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("num_features", [1, 4, 12])
+def test_edges_schedule_reads_int32_sources_without_gradients(params, kind, reduce, num_features):
+    """Without gradients the edges schedule reads an int32 copy of the source index (kept with
+    it): the reference's results with single- and multi-head weights; the op itself refuses int32
+    sources for any other schedule."""
+    from pyg_fast import tuning
+    from pyg_fast.ops import _layout
+    src, dst, num_nodes = schedule_test_graph(kind, "cuda")
+    ptr = torch._convert_indices_from_coo_to_csr(dst, num_nodes)
+    x = torch.randn(num_nodes, num_features, device="cuda")
+    weights = [torch.rand(src.numel(), device="cuda") + 0.5, torch.rand(src.numel(), 2, device="cuda") + 0.5]
+    tuning.set_override(params)
+    try:
+        with torch.no_grad():
+            poison_allocator(num_nodes * num_features * 2, "cuda")
+            outs = [pyg_fast.index_weight_segment_reduce(x, src, dst, w, num_nodes, reduce) for w in weights]
+    finally:
+        tuning.set_override(None)
+    for out, w in zip(outs, weights):
+        assert_close(out, reference(x, src, dst, w, num_nodes, reduce), torch.float32, scale=3)
+    assert _layout.cached(src, ("as_int32",), lambda: None) is not None  # the int32 copy was read
+    with pytest.raises(ValueError, match="edges schedule only"):
+        torch.ops.pyg_fast.index_segment_reduce(x, src.int(), ptr, None, reduce, [0, 1, 1, 64, 0])
 
 
 @pytest.mark.parametrize("device", DEVICES)

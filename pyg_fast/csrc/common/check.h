@@ -62,11 +62,12 @@ inline void check_ptr(const at::Tensor& ptr) {
   PF_CHECK_VALUE(ptr.is_contiguous(), "pyg_fast: 'ptr' must be contiguous");
 }
 
-inline void check_index(const at::Tensor& index, const char* name) {
+inline void check_index(const at::Tensor& index, const char* name, bool int32_allowed = false) {
   PF_CHECK_VALUE(index.dim() == 1, "pyg_fast: '", name, "' must be 1-D, got shape ",
                     index.sizes());
-  PF_CHECK_TYPE(index.scalar_type() == at::kLong, "pyg_fast: '", name,
-                   "' must be int64, got ", index.scalar_type());
+  PF_CHECK_TYPE(index.scalar_type() == at::kLong || (int32_allowed && index.scalar_type() == at::kInt),
+                "pyg_fast: '", name, "' must be int64", int32_allowed ? " or int32" : "", ", got ",
+                index.scalar_type());
   PF_CHECK_VALUE(index.is_contiguous(), "pyg_fast: '", name, "' must be contiguous");
 }
 

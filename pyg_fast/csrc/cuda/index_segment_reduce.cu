@@ -10,8 +10,9 @@
 namespace pyg_fast::cuda {
 namespace {
 
-// Calls f(rows) with the gathered row source of the right vector width and weighting.
-template <typename scalar_t, typename F>
+// Calls f(rows) with the gathered row source of the right vector width and weighting, and of the
+// source index's type where INT32_INDEX (int32 or int64; else int64 only).
+template <typename scalar_t, bool INT32_INDEX = false, typename F>
 void with_gathered_rows(const SegmentConfig& c, const at::Tensor& x, const at::Tensor& src_index,
                         const std::optional<at::Tensor>& weight, const F& f) {
   const int64_t H = weight ? weight->size(1) : 1;
@@ -19,19 +20,27 @@ void with_gathered_rows(const SegmentConfig& c, const at::Tensor& x, const at::T
   dispatch_vec<scalar_t>(c.vec, [&](auto vec) {
     constexpr int VEC = decltype(vec)::value;
     const scalar_t* xp = x.const_data_ptr<scalar_t>();
-    const int64_t* ip = src_index.const_data_ptr<int64_t>();
-    if (weight) {
-      f(GatheredRows<scalar_t, VEC, true>{xp, ip, weight->const_data_ptr<scalar_t>(), N, E, Fdim, H, Fdim / H});
-    } else {
-      f(GatheredRows<scalar_t, VEC, false>{xp, ip, nullptr, N, E, Fdim, 1, Fdim});
+    const auto with_index = [&](auto index_type) {
+      using index_t = decltype(index_type);
+      const index_t* ip = src_index.const_data_ptr<index_t>();
+      if (weight) {
+        f(GatheredRows<scalar_t, VEC, true, index_t>{xp, ip, weight->const_data_ptr<scalar_t>(), N, E, Fdim, H,
+                                                      Fdim / H});
+      } else {
+        f(GatheredRows<scalar_t, VEC, false, index_t>{xp, ip, nullptr, N, E, Fdim, 1, Fdim});
+      }
+    };
+    if constexpr (INT32_INDEX) {
+      if (src_index.scalar_type() == at::kInt) return with_index(int32_t{});
     }
+    with_index(int64_t{});
   });
 }
 
 at::Tensor index_segment_reduce(const at::Tensor& x, const at::Tensor& src_index, const at::Tensor& ptr,
                                 const std::optional<at::Tensor>& weight, c10::string_view reduce,
                                 c10::IntArrayRef config, const std::optional<at::Tensor>& schedule_data) {
-  check_index_segment_reduce_args(x, src_index, ptr, weight);
+  check_index_segment_reduce_args(x, src_index, ptr, weight, /*int32_index=*/true);
   const Reduce op = parse_reduce(std::string(reduce));
   const c10::cuda::CUDAGuard guard(x.device());
   const int64_t F = x.size(1), V = ptr.numel() - 1, E = src_index.numel();
@@ -45,7 +54,7 @@ at::Tensor index_segment_reduce(const at::Tensor& x, const at::Tensor& src_index
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "index_segment_reduce", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     PF_DISPATCH_REDUCE(op, [&] {
-      with_gathered_rows<scalar_t>(c, x, src_index, weight, [&](const auto& rows) {
+      with_gathered_rows<scalar_t, /*INT32_INDEX=*/true>(c, x, src_index, weight, [&](const auto& rows) {
         constexpr int VEC = std::decay_t<decltype(rows)>::kVec;
         launch_segment_reduce<scalar_t, acc_t, R, VEC>(c, layout, ptr, V, 1, rows, out);
       });

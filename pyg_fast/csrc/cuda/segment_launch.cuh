@@ -165,18 +165,47 @@ void dispatch_vec(int vec, const F& f) {
   f(std::integral_constant<int, 1>{});
 }
 
-// Reduces the rows of `rows` into out [B, V, F] with the configured schedule.
+// Partials [B, count, 2, F] of the segments that cross chunks (or blocks), in acc_t.
+template <typename acc_t>
+at::Tensor carry_buffer(int64_t batch, int64_t count, int64_t num_features, const at::Tensor& out) {
+  return at::empty({batch, count, 2, num_features}, out.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
+}
+
+// The chunk and edges schedules: one pass over chunks of rows, then the fixup pass over the segments
+// combines the ones that cross chunks and writes the empty ones. A row source with int32 indices
+// (Rows::kEdgesOnly) is launched with the edges schedule only.
 template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
-void launch_segment_reduce(const SegmentConfig& c, const GraphLayout& layout, const at::Tensor& ptr,
-                           int64_t num_segments, int64_t batch, const Rows& rows, at::Tensor& out) {
+void launch_chunked(const SegmentConfig& c, const at::Tensor& ptr, int64_t num_segments, int64_t batch,
+                    const Rows& rows, at::Tensor& out) {
   auto stream = c10::cuda::getCurrentCUDAStream();
   const Groups groups{c.lanes};
   const int64_t* p = ptr.const_data_ptr<int64_t>();
   scalar_t* o = out.mutable_data_ptr<scalar_t>();
-  const auto carry_buffer = [&](int64_t num_chunks) {
-    return at::empty({batch, num_chunks, 2, rows.num_features},
-                     out.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
-  };
+  const int64_t num_chunks = (rows.num_rows + c.chunk - 1) / c.chunk;
+  const at::Tensor carry = carry_buffer<acc_t>(batch, num_chunks, rows.num_features, out);
+  acc_t* cp = carry.mutable_data_ptr<acc_t>();
+  if (c.schedule == Schedule::Edges) {  // a warp per chunk
+    segment_edges_kernel<scalar_t, acc_t, R, VEC>
+        <<<grid_for(batch * num_chunks, c.threads / kWarpSize), c.threads, 0, stream>>>(
+            p, num_segments, batch, c.chunk, num_chunks, c.lanes, rows, o, cp);
+  } else if constexpr (!Rows::kEdgesOnly) {
+    segment_chunks_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_chunks, c), c.threads, 0, stream>>>(
+        p, num_segments, batch, c.chunk, num_chunks, groups, rows, o, cp);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  segment_fixup_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_segments, c), c.threads, 0, stream>>>(
+      p, rows.num_rows, num_segments, batch, rows.num_features, c.chunk, num_chunks, groups, cp, o);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// launch_segment_reduce for row sources of int64 indices: any schedule.
+template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
+void launch_segment_reduce_any(const SegmentConfig& c, const GraphLayout& layout, const at::Tensor& ptr,
+                               int64_t num_segments, int64_t batch, const Rows& rows, at::Tensor& out) {
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const Groups groups{c.lanes};
+  const int64_t* p = ptr.const_data_ptr<int64_t>();
+  scalar_t* o = out.mutable_data_ptr<scalar_t>();
   switch (c.schedule) {
     case Schedule::Row:
       segment_rows_kernel<scalar_t, acc_t, R, VEC>
@@ -198,7 +227,7 @@ void launch_segment_reduce(const SegmentConfig& c, const GraphLayout& layout, co
     case Schedule::Groups: {  // one launch: every segment has a group (GraphLayout::parse checked G >= V)
       const int64_t per_block = c.threads / c.lanes;
       const int64_t num_blocks = (layout.num_groups + per_block - 1) / per_block;
-      const at::Tensor carry = carry_buffer(num_blocks);
+      const at::Tensor carry = carry_buffer<acc_t>(batch, num_blocks, rows.num_features, out);
       const at::Tensor arrivals = arrival_counters(num_blocks, out, stream);
       const dim3 grid(static_cast<unsigned>(num_blocks), static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
       segment_groups_kernel<scalar_t, acc_t, R, VEC><<<grid, c.threads, c.threads * VEC * sizeof(acc_t), stream>>>(
@@ -209,24 +238,23 @@ void launch_segment_reduce(const SegmentConfig& c, const GraphLayout& layout, co
       return;
     }
     case Schedule::Chunk:
-    case Schedule::Edges: {
-      const int64_t num_chunks = (rows.num_rows + c.chunk - 1) / c.chunk;
-      const at::Tensor carry = carry_buffer(num_chunks);
-      acc_t* cp = carry.mutable_data_ptr<acc_t>();
-      if (c.schedule == Schedule::Chunk) {
-        segment_chunks_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_chunks, c), c.threads, 0, stream>>>(
-            p, num_segments, batch, c.chunk, num_chunks, groups, rows, o, cp);
-      } else {  // a warp per chunk
-        segment_edges_kernel<scalar_t, acc_t, R, VEC>
-            <<<grid_for(batch * num_chunks, c.threads / kWarpSize), c.threads, 0, stream>>>(
-                p, num_segments, batch, c.chunk, num_chunks, c.lanes, rows, o, cp);
-      }
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-      segment_fixup_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_segments, c), c.threads, 0, stream>>>(
-          p, rows.num_rows, num_segments, batch, rows.num_features, c.chunk, num_chunks, groups, cp, o);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    case Schedule::Edges:
+      launch_chunked<scalar_t, acc_t, R, VEC>(c, ptr, num_segments, batch, rows, out);
       return;
-    }
+  }
+}
+
+// Reduces the rows of `rows` into out [B, V, F] with the configured schedule.
+template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
+void launch_segment_reduce(const SegmentConfig& c, const GraphLayout& layout, const at::Tensor& ptr,
+                           int64_t num_segments, int64_t batch, const Rows& rows, at::Tensor& out) {
+  if constexpr (Rows::kEdgesOnly) {
+    PF_CHECK_VALUE(c.schedule == Schedule::Edges,
+                   "pyg_fast: int32 source indices are read by the edges schedule only (schedule ",
+                   static_cast<int64_t>(c.schedule), " was asked for)");
+    launch_chunked<scalar_t, acc_t, R, VEC>(c, ptr, num_segments, batch, rows, out);
+  } else {
+    launch_segment_reduce_any<scalar_t, acc_t, R, VEC>(c, layout, ptr, num_segments, batch, rows, out);
   }
 }
 

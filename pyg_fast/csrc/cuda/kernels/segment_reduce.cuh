@@ -65,6 +65,7 @@ template <typename scalar_t, int VEC>
 struct DirectRows {
   using scalar_type = scalar_t;
   static constexpr int kVec = VEC;
+  static constexpr bool kEdgesOnly = false;
   const scalar_t* __restrict__ src;
   int64_t num_rows, num_features;
 
@@ -103,12 +104,15 @@ struct DirectRows {
 
 // Row e is x[src_index[e]] times weight[e, f0 / head_dim] (if weighted); x is [N, F].
 // Out-of-range source indices are skipped (the Python layer reports them before launching).
-template <typename scalar_t, int VEC, bool WEIGHTED>
+// Source indices are int64, or int32 (index_t) for the edges schedule: at small F the index is a
+// third of the bytes a weighted gather moves.
+template <typename scalar_t, int VEC, bool WEIGHTED, typename index_t = int64_t>
 struct GatheredRows {
   using scalar_type = scalar_t;
   static constexpr int kVec = VEC;
+  static constexpr bool kEdgesOnly = sizeof(index_t) != sizeof(int64_t);  // launched by the edges schedule only
   const scalar_t* __restrict__ x;
-  const int64_t* __restrict__ src_index;
+  const index_t* __restrict__ src_index;
   const scalar_t* __restrict__ weight;  // [E, num_heads], read only if WEIGHTED
   int64_t num_nodes, num_rows, num_features, num_heads, head_dim;
 
@@ -137,7 +141,7 @@ struct GatheredRows {
   template <typename acc_t, int N>
   __device__ __forceinline__ void load_run(int64_t b, int64_t e0, int64_t f0, Vec<scalar_t, VEC> (&v)[N],
                                            acc_t (&s)[N], bool (&ok)[N]) const {
-    int64_t j[N];
+    index_t j[N];
     load_consecutive(src_index + e0, j);
     if constexpr (WEIGHTED) {
       if (num_heads == 1) {
@@ -152,8 +156,8 @@ struct GatheredRows {
     }
 #pragma unroll
     for (int u = 0; u < N; ++u) {
-      ok[u] = static_cast<uint64_t>(j[u]) < static_cast<uint64_t>(num_nodes);
-      if (ok[u]) load_at(j[u] * num_features, f0, v[u]);
+      ok[u] = static_cast<uint64_t>(static_cast<int64_t>(j[u])) < static_cast<uint64_t>(num_nodes);
+      if (ok[u]) load_at(static_cast<int64_t>(j[u]) * num_features, f0, v[u]);
     }
   }
 };
@@ -346,7 +350,8 @@ template <int UNROLL, typename acc_t, Reduce R, int VEC>
 __device__ __forceinline__ void fold_carries(const acc_t* __restrict__ carry, int64_t b, int64_t num_chunks,
                                              int64_t F, int64_t f0, int64_t c0, int64_t c1, bool starts_inside,
                                              acc_t (&acc)[VEC]) {
-#pragma unroll 1  // the groups kernel's rare path (UNROLL 1): unrolled, its loads in flight cost the main loop's registers
+  // Not unrolled: in the groups kernel's rare path (UNROLL 1), loads in flight cost the main loop's registers.
+#pragma unroll 1
   for (int64_t c = c0; c <= c1; c += UNROLL) {
     acc_t part[UNROLL][VEC];
 #pragma unroll
