@@ -40,6 +40,23 @@ struct alignas(sizeof(T) * VEC) Vec {
   T v[VEC];
 };
 
+// threadIdx.x and blockDim.x read where they are used. Addresses derived from the plain builtins may
+// be computed once, above a kernel's main loop, and held in registers through it: in some builds
+// NVVM did so for the groups kernel's VEC shared-memory addresses (8 more registers, 22% less
+// occupancy, 15% slower SpMM at F = 128; which builds depended on unrelated code in the file).
+// A volatile read cannot be moved, so such addresses are computed after the loop.
+__device__ __forceinline__ unsigned opaque_thread_index() {
+  unsigned value;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(value));
+  return value;
+}
+
+__device__ __forceinline__ unsigned opaque_block_size() {
+  unsigned value;
+  asm volatile("mov.u32 %0, %%ntid.x;" : "=r"(value));
+  return value;
+}
+
 // Loads N consecutive values p[0..N) in 16-byte vectors where p is 16-byte aligned, else one by one.
 // A lane that reads a run of consecutive values (the edges schedule) then issues N / (16 / sizeof(T))
 // loads instead of N, each touching the same cache lines: fewer L1 wavefronts per value.
@@ -621,11 +638,9 @@ __global__ void segment_groups_kernel(const int64_t* __restrict__ ptr, const int
                                       int64_t num_groups, int64_t batch, int lanes, Rows rows,
                                       scalar_t* __restrict__ out, acc_t* __restrict__ carry,
                                       unsigned* __restrict__ arrivals) {
-  extern __shared__ __align__(32) unsigned char shared_bytes[];
-  // partial[threadIdx.x]: the thread's vector, one shared address per thread. (One scalar slot per
-  // feature, k * blockDim.x + threadIdx.x, gave the compiler VEC addresses that some builds kept live
-  // across the fold loop: 8-12 more registers and 22% less occupancy, measured.)
-  Vec<acc_t, VEC>* partial = reinterpret_cast<Vec<acc_t, VEC>*>(shared_bytes);
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  // partial[k * threads + thread]: feature k of the thread's vector (conflict-free).
+  acc_t* partial = reinterpret_cast<acc_t*>(shared_bytes);
   const int64_t F = rows.num_features, E = rows.num_rows, tile = static_cast<int64_t>(lanes) * VEC;
   const int per_block = blockDim.x / lanes, slot = threadIdx.x / lanes, lane = threadIdx.x % lanes;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * per_block, num_blocks = gridDim.x;
@@ -652,16 +667,15 @@ __global__ void segment_groups_kernel(const int64_t* __restrict__ ptr, const int
       acc_t acc[VEC];
       init_acc<acc_t, R, VEC>(acc);
       if (valid && f0 < F) fold_rows<acc_t, R, VEC>(rows, b, lo, hi, f0, acc);
-      Vec<acc_t, VEC> mine;
+      const unsigned thread = opaque_thread_index(), threads = opaque_block_size();
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) mine.v[k] = acc[k];
-      partial[threadIdx.x] = mine;
+      for (int k = 0; k < VEC; ++k) partial[k * threads + thread] = acc[k];
       __syncthreads();
       if (leader && f0 < F) {
         for (int j = 1; j < run; ++j) {
-          const Vec<acc_t, VEC> other = partial[threadIdx.x + j * lanes];
 #pragma unroll
-          for (int k = 0; k < VEC; ++k) acc[k] = Reducer<R, acc_t>::update(acc[k], other.v[k]);
+          for (int k = 0; k < VEC; ++k)
+            acc[k] = Reducer<R, acc_t>::update(acc[k], partial[k * threads + thread + j * lanes]);
         }
         if (whole) {
           store_final<scalar_t, acc_t, R, VEC>(out + (b * num_segments + r) * F + f0, acc, seg_hi - seg_lo);
