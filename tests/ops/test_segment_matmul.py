@@ -240,6 +240,64 @@ def test_cuda_plan_of_a_device_without_index():
     assert_close(grad_w, want_w, torch.float32)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("ptr_kind", ["cpu", "same_device", "cpu_int32"])
+def test_repeated_calls_follow_inputs_grads_and_ptr_changes(device, ptr_kind):
+    """A call is checked and resolved once per ptr and kind of call, then reused (see
+    ``segment_matmul``'s plans): later calls with other shapes, dtypes, gradients, bias or TF32
+    switch, and calls after ptr changed in place, must still give the reference's numbers."""
+    sizes = [3, 0, 9, 4]
+    ptr = ptr_of(sizes).to(device if ptr_kind == "same_device" else "cpu")
+    if ptr_kind == "cpu_int32":  # the plan holds an int64 copy of it
+        ptr = ptr.int()
+
+    def check(K, N, dtype=torch.float32, bias=True, grad=True):
+        for _ in range(3):  # planned on the first call, reused from the second
+            x, _, w, b = make(sizes, K, N, dtype, device, bias)
+            if not grad:
+                x, w, b = x.detach(), w.detach(), None if b is None else b.detach()
+            out = segment_matmul(x, ptr, w, b)
+            ref = reference(x, ptr.cpu().long(), w, b)
+            assert_close(out, ref.to(dtype), dtype)
+            if grad:
+                g = torch.randn_like(out)
+                x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+                b64 = None if b is None else b.detach().double().requires_grad_()
+                want = grads_of(reference(x64, ptr.cpu().long(), w64, b64), g.double(), (x64, w64, b64))
+                for got, expected in zip(grads_of(out, g, (x, w, b)), want):
+                    assert_close(got, expected.to(dtype), dtype)
+
+    check(8, 5)
+    check(8, 5, bias=False)
+    check(8, 5, grad=False)
+    check(6, 16)
+    check(8, 5, torch.float64)
+    previous = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = not previous
+        check(8, 5)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+    ptr.copy_(ptr_of([9, 4, 3, 0]))  # in place: other segment sizes, the same total
+    sizes[:] = [9, 4, 3, 0]
+    check(8, 5)
+
+
+def test_kept_plans_do_not_keep_their_ptr_alive():
+    """Plans are cached on the ptr they were made for: they must not hold it."""
+    import gc
+    import weakref
+    ptr = torch.tensor([0, 3, 3, 7])
+    x, w = torch.randn(7, 4), torch.randn(3, 4, 2)
+    for _ in range(2):
+        segment_matmul(x, ptr, w)
+        segment_matmul(x, ptr.int(), w)
+    ref = weakref.ref(ptr)
+    del ptr
+    gc.collect()
+    assert ref() is None
+
+
 def test_bad_inputs_raise_clear_errors():
     x, ptr, w, b = make([2, 3], 4, 5, torch.float32, "cpu")
     with pytest.raises(ValueError, match="'ptr' has 4 entries"):
