@@ -19,8 +19,10 @@ for ds in ("AIFB", "IMDB", "MUTAG", "DBLP"):
     for K in (32, 128):
         x = torch.randn(M, K, device=dev).bfloat16().requires_grad_(); w = (torch.randn(T, K, K, device=dev) / K ** .5).bfloat16().requires_grad_()
         g = torch.randn(M, K, device=dev).bfloat16(); offs = ptr[1:].to(torch.int32).to(dev)
+        # one ptr per path: a call's path is resolved once per ptr and kept with it (session 16's plans)
+        ptr_py = ptr.clone()
         fns = {"native": lambda: torch.autograd.grad(segment_matmul(x, ptr, w, deterministic=True), (x, w), g),
-               "python": lambda: torch.autograd.grad(segment_matmul(x, ptr, w, deterministic=True), (x, w), g),
+               "python": lambda: torch.autograd.grad(segment_matmul(x, ptr_py, w, deterministic=True), (x, w), g),
                "gmm": lambda: torch.autograd.grad(torch._grouped_mm(x, w, offs=offs), (x, w), g)}
         a = fns["native"](); sm._native_program = python_path; b = fns["python"](); sm._native_program = native
         assert all(torch.equal(u, v) for u, v in zip(a, b)), "native and python paths differ"
