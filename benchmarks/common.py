@@ -268,8 +268,10 @@ def environment(device) -> dict:
         archs = [f"sm_{a // 10}" for a in pyg_fast.cuda_arch_list()]
     except Exception:
         archs = None
-    csrc_changes = _git("status", "--porcelain", "--", "pyg_fast/csrc")
-    csrc_tree = os.environ.get("PYG_FAST_CSRC_TREE") or _git("rev-parse", "HEAD:pyg_fast/csrc")
+    # The kernel sources that ran, hashed from the files (git's tree hash when committed): a
+    # checkout's git metadata can be stale (the device's is), the files cannot.
+    csrc_tree = git_tree_hash(REPO_ROOT / "pyg_fast" / "csrc")
+    committed_tree = os.environ.get("PYG_FAST_CSRC_TREE") or _git("rev-parse", "HEAD:pyg_fast/csrc")
     return {
         "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if cuda else None,
@@ -285,10 +287,9 @@ def environment(device) -> dict:
         "triton": _version("triton"),
         "pyg_fast_cuda_archs": archs,
         "commit": os.environ.get("PYG_FAST_COMMIT") or _git("rev-parse", "HEAD"),
-        # Without git (a copy of the tree), hash the files: equal to git's tree hash when committed.
-        "csrc_tree": csrc_tree or git_tree_hash(REPO_ROOT / "pyg_fast" / "csrc"),
-        # Uncommitted changes under csrc make git's csrc_tree describe other code than what ran.
-        "csrc_dirty": None if csrc_changes is None else bool(csrc_changes),
+        "csrc_tree": csrc_tree,
+        # Whether the kernel sources that ran differ from the commit's (None: commit's tree unknown).
+        "csrc_dirty": None if committed_tree is None else csrc_tree != committed_tree,
         "copy_gbps": measure_copy_bandwidth(device),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

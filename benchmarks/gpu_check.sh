@@ -30,8 +30,10 @@
 #   TORCH_SCATTER_BUILD_S=330    the limit on torch_scatter's build
 #   DEVICE_CALL_S=600            the device call's limit: the benchmarks are interrupted (their
 #                                results so far kept) 20 s before it; BENCH_TIMEOUT_S overrides
-#   PYG_FAST_COMMIT, PYG_FAST_CSRC_TREE  recorded in results.json; taken from git when
-#                                it works (without git, csrc_tree is hashed from the files)
+#   PYG_FAST_COMMIT, PYG_FAST_CSRC_TREE  the commit and its csrc tree, recorded in results.json
+#                                (csrc_tree itself is hashed from the files that ran; csrc_dirty says
+#                                whether they differ from PYG_FAST_CSRC_TREE); taken from git when
+#                                not given, but the device's git metadata is stale: pass both
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
@@ -51,7 +53,7 @@ if git rev-parse HEAD >/dev/null 2>&1; then
   export PYG_FAST_CSRC_TREE=${PYG_FAST_CSRC_TREE:-$(git rev-parse HEAD:pyg_fast/csrc)}
   git status --short | head -20
 fi
-log "commit ${PYG_FAST_COMMIT:-unknown}, csrc tree ${PYG_FAST_CSRC_TREE:-hashed from the files}"
+log "commit ${PYG_FAST_COMMIT:-unknown}, csrc tree of the commit ${PYG_FAST_CSRC_TREE:-unknown}"
 
 # Headers that CUDA_HOME lacks on the device live in pip's nvidia/* packages (device_build.md).
 export TORCH_CUDA_ARCH_LIST=9.0 FORCE_CUDA=1
