@@ -114,13 +114,15 @@ def _plan(x: Tensor, src_index: Tensor, dst_index: Optional[Tensor], weight: Opt
 
 # Largest source index an int32 copy can hold.
 INT32_MAX = 2 ** 31 - 1
+# The schedules whose kernels read int32 source indices.
+_NARROW_SCHEDULES = (tuning.SCHEDULES["edges"], tuning.SCHEDULES["groups"])
 
 
 def _narrow_index(src_index: Tensor, launch: tuning.Launch, num_src: int) -> Optional[Tensor]:
-    """An int32 copy of the int64 ``src_index`` (kept with it) where the launch is the edges
-    schedule's, which reads one: at small F (where that schedule is picked) the index is a third of
-    the bytes a weighted gather moves. None elsewhere."""
-    if not launch.config or launch.config[0] != tuning.SCHEDULES["edges"] or num_src > INT32_MAX:
+    """An int32 copy of the int64 ``src_index`` (kept with it) where the launch is the edges or
+    groups schedule's, which read one: at small F the index is a large share of the bytes a
+    weighted gather moves. None elsewhere."""
+    if not launch.config or launch.config[0] not in _NARROW_SCHEDULES or num_src > INT32_MAX:
         return None
     return _layout.cached(src_index, ("as_int32",), lambda: src_index.int())
 

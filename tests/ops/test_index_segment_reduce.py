@@ -238,19 +238,19 @@ def test_every_cuda_schedule_on_graphs(params, kind, reduce):
     assert_close(ws.grad, w64.grad, torch.float32, scale=3)
 
 
-EDGES_ON_GRAPHS = [p for p in SCHEDULES_ON_GRAPHS if p["schedule"] == "edges"] + [
+NARROW_ON_GRAPHS = [p for p in SCHEDULES_ON_GRAPHS if p["schedule"] in ("edges", "groups")] + [
     dict(schedule="edges", max_lanes=1, threads=64, chunk=100), dict(schedule="edges", max_lanes=4, threads=128, chunk=37)]
 
 
 @pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
-@pytest.mark.parametrize("params", EDGES_ON_GRAPHS, ids=lambda p: f"{p['schedule']}-{p['max_lanes']}-{p['chunk']}")
+@pytest.mark.parametrize("params", NARROW_ON_GRAPHS, ids=lambda p: f"{p['schedule']}-{p['max_lanes']}-{p['chunk']}")
 @pytest.mark.parametrize("kind", ["power_law", "isolated", "hub"])
 @pytest.mark.parametrize("reduce", REDUCES)
 @pytest.mark.parametrize("num_features", [1, 4, 12])
-def test_edges_schedule_reads_int32_sources_without_gradients(params, kind, reduce, num_features):
-    """Without gradients the edges schedule reads an int32 copy of the source index (kept with
-    it): the reference's results with single- and multi-head weights; the op itself refuses int32
-    sources for any other schedule."""
+def test_edges_and_groups_schedules_read_int32_sources_without_gradients(params, kind, reduce, num_features):
+    """Without gradients the edges and groups schedules read an int32 copy of the source index
+    (kept with it): the reference's results with single- and multi-head weights; the op itself
+    refuses int32 sources for any other schedule."""
     from pyg_fast import tuning
     from pyg_fast.ops import _layout
     src, dst, num_nodes = schedule_test_graph(kind, "cuda")
@@ -269,7 +269,7 @@ def test_edges_schedule_reads_int32_sources_without_gradients(params, kind, redu
     for out, w in zip(outs, weights):
         assert_close(out, reference(x, src, dst, w, num_nodes, reduce), torch.float32, scale=3)
     assert _layout.cached(src, ("as_int32",), lambda: None) is not None  # the int32 copy was read
-    with pytest.raises(ValueError, match="edges schedule only"):
+    with pytest.raises(ValueError, match="edges and groups schedules only"):
         torch.ops.pyg_fast.index_segment_reduce(x, src.int(), ptr, None, reduce, [0, 1, 1, 64, 0])
 
 

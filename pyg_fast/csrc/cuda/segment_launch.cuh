@@ -173,7 +173,7 @@ at::Tensor carry_buffer(int64_t batch, int64_t count, int64_t num_features, cons
 
 // The chunk and edges schedules: one pass over chunks of rows, then the fixup pass over the segments
 // combines the ones that cross chunks and writes the empty ones. A row source with int32 indices
-// (Rows::kEdgesOnly) is launched with the edges schedule only.
+// (Rows::kNarrowIndex) takes the edges schedule here, never the chunk one.
 template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
 void launch_chunked(const SegmentConfig& c, const at::Tensor& ptr, int64_t num_segments, int64_t batch,
                     const Rows& rows, at::Tensor& out) {
@@ -188,13 +188,31 @@ void launch_chunked(const SegmentConfig& c, const at::Tensor& ptr, int64_t num_s
     segment_edges_kernel<scalar_t, acc_t, R, VEC>
         <<<grid_for(batch * num_chunks, c.threads / kWarpSize), c.threads, 0, stream>>>(
             p, num_segments, batch, c.chunk, num_chunks, c.lanes, rows, o, cp);
-  } else if constexpr (!Rows::kEdgesOnly) {
+  } else if constexpr (!Rows::kNarrowIndex) {
     segment_chunks_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_chunks, c), c.threads, 0, stream>>>(
         p, num_segments, batch, c.chunk, num_chunks, groups, rows, o, cp);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   segment_fixup_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_segments, c), c.threads, 0, stream>>>(
       p, rows.num_rows, num_segments, batch, rows.num_features, c.chunk, num_chunks, groups, cp, o);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// The neighbour-group schedule, in one launch: every segment has a group (GraphLayout::parse checked
+// G >= V).
+template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
+void launch_groups(const SegmentConfig& c, const GraphLayout& layout, const at::Tensor& ptr, int64_t num_segments,
+                   int64_t batch, const Rows& rows, at::Tensor& out) {
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t per_block = c.threads / c.lanes;
+  const int64_t num_blocks = (layout.num_groups + per_block - 1) / per_block;
+  const at::Tensor carry = carry_buffer<acc_t>(batch, num_blocks, rows.num_features, out);
+  const at::Tensor arrivals = arrival_counters(num_blocks, out, stream);
+  const dim3 grid(static_cast<unsigned>(num_blocks), static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
+  segment_groups_kernel<scalar_t, acc_t, R, VEC><<<grid, c.threads, c.threads * VEC * sizeof(acc_t), stream>>>(
+      ptr.const_data_ptr<int64_t>(), layout.group_ptr, layout.group_start, layout.group_segment, num_segments,
+      layout.num_groups, batch, c.lanes, rows, out.mutable_data_ptr<scalar_t>(), carry.mutable_data_ptr<acc_t>(),
+      reinterpret_cast<unsigned*>(arrivals.mutable_data_ptr<int32_t>()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -224,19 +242,9 @@ void launch_segment_reduce_any(const SegmentConfig& c, const GraphLayout& layout
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       return;
     }
-    case Schedule::Groups: {  // one launch: every segment has a group (GraphLayout::parse checked G >= V)
-      const int64_t per_block = c.threads / c.lanes;
-      const int64_t num_blocks = (layout.num_groups + per_block - 1) / per_block;
-      const at::Tensor carry = carry_buffer<acc_t>(batch, num_blocks, rows.num_features, out);
-      const at::Tensor arrivals = arrival_counters(num_blocks, out, stream);
-      const dim3 grid(static_cast<unsigned>(num_blocks), static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
-      segment_groups_kernel<scalar_t, acc_t, R, VEC><<<grid, c.threads, c.threads * VEC * sizeof(acc_t), stream>>>(
-          p, layout.group_ptr, layout.group_start, layout.group_segment, num_segments, layout.num_groups, batch,
-          c.lanes, rows, o, carry.mutable_data_ptr<acc_t>(),
-          reinterpret_cast<unsigned*>(arrivals.mutable_data_ptr<int32_t>()));
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    case Schedule::Groups:
+      launch_groups<scalar_t, acc_t, R, VEC>(c, layout, ptr, num_segments, batch, rows, out);
       return;
-    }
     case Schedule::Chunk:
     case Schedule::Edges:
       launch_chunked<scalar_t, acc_t, R, VEC>(c, ptr, num_segments, batch, rows, out);
@@ -248,11 +256,15 @@ void launch_segment_reduce_any(const SegmentConfig& c, const GraphLayout& layout
 template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
 void launch_segment_reduce(const SegmentConfig& c, const GraphLayout& layout, const at::Tensor& ptr,
                            int64_t num_segments, int64_t batch, const Rows& rows, at::Tensor& out) {
-  if constexpr (Rows::kEdgesOnly) {
-    PF_CHECK_VALUE(c.schedule == Schedule::Edges,
-                   "pyg_fast: int32 source indices are read by the edges schedule only (schedule ",
+  if constexpr (Rows::kNarrowIndex) {
+    PF_CHECK_VALUE(c.schedule == Schedule::Edges || c.schedule == Schedule::Groups,
+                   "pyg_fast: int32 source indices are read by the edges and groups schedules only (schedule ",
                    static_cast<int64_t>(c.schedule), " was asked for)");
-    launch_chunked<scalar_t, acc_t, R, VEC>(c, ptr, num_segments, batch, rows, out);
+    if (c.schedule == Schedule::Groups) {
+      launch_groups<scalar_t, acc_t, R, VEC>(c, layout, ptr, num_segments, batch, rows, out);
+    } else {
+      launch_chunked<scalar_t, acc_t, R, VEC>(c, ptr, num_segments, batch, rows, out);
+    }
   } else {
     launch_segment_reduce_any<scalar_t, acc_t, R, VEC>(c, layout, ptr, num_segments, batch, rows, out);
   }
