@@ -143,6 +143,17 @@ def run(x, w, ptr, cfg, n_fastest, prefetch, evict="", pad=0):
     return call, out
 
 
+def fp32_case(ds, K):
+    """(ptr, x [M, K], w [T, K, K], the roofline floor in ms, the model's pick) of dataset ``ds``."""
+    segs = segment_sizes()[ds]
+    ptr = torch.tensor([0] + segs).cumsum(0)
+    M, T = int(ptr[-1]), len(segs)
+    x = torch.randn(M, K, device="cuda")
+    w = torch.randn(T, K, K, device="cuda") / K ** 0.5
+    floor = 4 * (2 * M * K + T * K * K) / 3020e9 * 1e3
+    return ptr, x, w, floor, cfgmod.model_config(ptr.diff(), K, K, torch.float32, torch.device("cuda"))
+
+
 def rows_sweep():
     """The pick's tiles at programs of many lengths: do whole waves matter (one 192 KB program per
     SM at K = 128)? Prints programs, waves (programs / (SMs x programs per SM)) and time."""
@@ -150,13 +161,7 @@ def rows_sweep():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for ds, K, rows_list in (("BGS", 128, range(384, 1088, 32)), ("BGS", 64, range(64, 704, 32)),
                              ("BGS", 32, range(64, 704, 32)), ("AM", 128, range(448, 640, 32))):
-        segs = segment_sizes()[ds]
-        ptr = torch.tensor([0] + segs).cumsum(0)
-        M, T = int(ptr[-1]), len(segs)
-        x = torch.randn(M, K, device="cuda")
-        w = torch.randn(T, K, K, device="cuda") / K ** 0.5
-        floor = 4 * (2 * M * K + T * K * K) / 3020e9 * 1e3
-        pick = cfgmod.model_config(ptr.diff(), K, K, torch.float32, torch.device("cuda"))
+        ptr, x, w, floor, pick = fp32_case(ds, K)
         res = []
         for rows in rows_list:
             if rows % pick.block_m:
@@ -175,13 +180,7 @@ def hints():
     placed at other distances from the input (DRAM channel clashes between the two streams?)."""
     torch.backends.cuda.matmul.allow_tf32 = True
     for ds, K in (("BGS", 128), ("AM", 128), ("BGS", 64)):
-        segs = segment_sizes()[ds]
-        ptr = torch.tensor([0] + segs).cumsum(0)
-        M, T = int(ptr[-1]), len(segs)
-        x = torch.randn(M, K, device="cuda")
-        w = torch.randn(T, K, K, device="cuda") / K ** 0.5
-        floor = 4 * (2 * M * K + T * K * K) / 3020e9 * 1e3
-        pick = cfgmod.model_config(ptr.diff(), K, K, torch.float32, torch.device("cuda"))
+        ptr, x, w, floor, pick = fp32_case(ds, K)
         res = []
         for evict in ("", "evict_first", "evict_last"):
             for pad in (0, 2 << 20, (64 << 20) + 4096):
@@ -195,17 +194,11 @@ def hints():
 
 def main():
     torch.backends.cuda.matmul.allow_tf32 = True
-    sizes = segment_sizes()
     C = cfgmod.SegmmConfig
     for ds, K in (("BGS", 128), ("AM", 128), ("BGS", 64), ("BGS", 32)):
-        segs = sizes[ds]
-        ptr = torch.tensor([0] + segs).cumsum(0)
-        M, T = int(ptr[-1]), len(segs)
-        x = torch.randn(M, K, device="cuda")
-        w = torch.randn(T, K, K, device="cuda") / K ** 0.5
+        ptr, x, w, floor, pick = fp32_case(ds, K)
+        T = w.size(0)
         ref = torch.cat([x[ptr[t]:ptr[t + 1]] @ w[t] for t in range(T)])
-        floor = 4 * (2 * M * K + T * K * K) / 3020e9 * 1e3
-        pick = cfgmod.model_config(ptr.diff(), K, K, torch.float32, torch.device("cuda"))
         variants = [("pick", pick, False, False)]
         for rows in (128, 256, 512, 1024):
             variants.append(("pick rows", pick._replace(rows_per_prog=max(rows, pick.block_m)), False, False))
