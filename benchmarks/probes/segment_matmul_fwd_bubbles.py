@@ -125,11 +125,24 @@ def run_flat(x, w, ptr, block_m, block_n, stages, warps, tiles_per_prog):
     return call, out
 
 
-def run(x, w, ptr, cfg, n_fastest, prefetch, evict="", pad=0):
+def tail_routing(ptr, cfg, tail_rows, tail_rows_per_prog):
+    """The pick's routing for the rows before ``M - tail_rows``, programs of ``tail_rows_per_prog``
+    rows after: the last programs launched are short, so the last wave ends evenly."""
+    M = int(ptr[-1])
+    cut = max(0, M - tail_rows)
+    head = cfgmod.build_routing(ptr.clamp(max=cut), cfg.rows_per_prog, cfg.block_m, True)
+    tail = cfgmod.build_routing(ptr.clamp(min=cut), tail_rows_per_prog, cfg.block_m, True)
+    items = torch.cat([head.items, tail.items])
+    prog_ptr = torch.cat([head.prog_ptr[:-1], tail.prog_ptr + head.items.size(0)])
+    return items, prog_ptr
+
+
+def run(x, w, ptr, cfg, n_fastest, prefetch, evict="", pad=0, routing=None):
     M, K = x.shape
     N = w.size(2)
-    r = cfgmod.build_routing(ptr, cfg.rows_per_prog, cfg.block_m, True)
-    items, prog_ptr = r.items.to(DEV), r.prog_ptr.to(DEV)
+    if routing is None:
+        routing = cfgmod.build_routing(ptr, cfg.rows_per_prog, cfg.block_m, True)[:2]
+    items, prog_ptr = (t.to(DEV) for t in routing)
     spacer = torch.empty(pad, dtype=torch.uint8, device=DEV) if pad else None  # moves out's address
     out = torch.empty(M, N, device=DEV)
     del spacer
@@ -145,7 +158,7 @@ def run(x, w, ptr, cfg, n_fastest, prefetch, evict="", pad=0):
 
 def fp32_case(ds, K):
     """(ptr, x [M, K], w [T, K, K], the roofline floor in ms, the model's pick) of dataset ``ds``."""
-    segs = segment_sizes()[ds]
+    segs = segment_sizes()[ds.rstrip("3")] * (3 if ds.endswith("3") else 1)  # "BGS3": BGS's types three times
     ptr = torch.tensor([0] + segs).cumsum(0)
     M, T = int(ptr[-1]), len(segs)
     x = torch.randn(M, K, device="cuda")
@@ -190,6 +203,32 @@ def hints():
                 res.append(f"evict '{evict}' pad {pad} {ms:.4f} ({100 * floor / ms:.1f}%)")
                 del call, out
         print(f"{ds} K={K} {pick}", *res, sep="\n  ", flush=True)
+
+
+def tails():
+    """Is the BGS - AM gap a cost per launch (ramp and last wave)? The pick on BGS, on BGS's types
+    repeated three times (AM's row count), and with the last rows in short programs."""
+    torch.backends.cuda.matmul.allow_tf32 = True
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for ds, K in (("BGS", 128), ("BGS3", 128), ("BGS", 64), ("AM", 128)):
+        ptr, x, w, floor, pick = fp32_case(ds, K)
+        M = int(ptr[-1])
+        ref = None
+        res = []
+        for tail_waves in (0, 0.5, 1, 2):
+            for short in (64, 128, 256):
+                if tail_waves == 0 and short > 64:
+                    continue
+                routing = tail_routing(ptr, pick, int(tail_waves * sms * pick.rows_per_prog), short)
+                call, out = run(x, w, ptr, pick, False, False, routing=routing)
+                call()
+                if ref is None:
+                    ref = out.clone()
+                err = ((out - ref).norm() / ref.norm()).item()
+                ms = triton.testing.do_bench(call, warmup=10, rep=100, return_mode="median")
+                res.append(f"tail {tail_waves} waves of {short}-row programs ({routing[1].numel() - 1} programs) "
+                           f"{ms:.4f} ({100 * floor / ms:.1f}%){'' if err < 1e-6 else f' ERR {err:.2g}'}")
+        print(f"{ds} K={K} M={M} {pick}", *res, sep="\n  ", flush=True)
 
 
 def main():
@@ -238,4 +277,4 @@ def main():
 
 if __name__ == "__main__":
     mode = os.sys.argv[1] if len(os.sys.argv) > 1 else "main"
-    {"rows": rows_sweep, "hints": hints, "main": main}[mode]()
+    {"rows": rows_sweep, "hints": hints, "tails": tails, "main": main}[mode]()
