@@ -27,7 +27,6 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from pyg_fast.ops import _layout
 # native_launch_allowed is re-exported: the op layer reaches the Triton side through this module only
 from pyg_fast.triton.launcher import KernelCall, Launcher, Role, native_kernel, native_launch_allowed  # noqa: F401
 from pyg_fast.triton.segment_matmul_config import (
