@@ -157,7 +157,7 @@ def test_bad_inputs_raise_clear_errors():
         pyg_fast.index_segment_reduce(x, src, ptr=torch.tensor([0, 2, 3]))
     with pytest.raises(IndexError, match="src_index"):
         torch.ops.pyg_fast.index_segment_reduce(x, src + 1, torch.tensor([0, 2, 3, 4]), None, "sum", [])
-    with pytest.raises(TypeError, match="int64"):  # int32 sources: the CUDA edges schedule's only
+    with pytest.raises(TypeError, match="int64"):  # int32 sources: the CUDA edges and groups schedules' only
         torch.ops.pyg_fast.index_segment_reduce(x, src.int(), torch.tensor([0, 2, 3, 4]), None, "sum", [])
 
 
