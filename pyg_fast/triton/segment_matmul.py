@@ -38,6 +38,7 @@ from pyg_fast.triton.segment_matmul_config import (
     build_routing,
     hardware,
     size_stats,
+    tail_rows,
 )
 
 # Triton's CPU interpreter computes tl.dot on bfloat16 tiles wrongly (seen with triton 3.9), so
@@ -226,7 +227,8 @@ class SegmentPlan:
     def routing(self, rows_per_item: int, block_m: int, pack: bool) -> Routing:
         key = (rows_per_item, block_m, pack)
         if key not in self._routings:
-            tables = build_routing(self.host_ptr, rows_per_item, block_m, pack)
+            short_tail = tail_rows(int(self.host_ptr[-1]), rows_per_item, hardware(self.device)[1]) if pack else 0
+            tables = build_routing(self.host_ptr, rows_per_item, block_m, pack, short_tail)
             self._routings[key] = Routing(*(t.to(self.device) for t in tables[:3]), tables.max_items_per_type)
         return self._routings[key]
 

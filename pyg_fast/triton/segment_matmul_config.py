@@ -6,7 +6,8 @@ Importing this module does not import Triton.
 Routing (FASTEN's tiling): each segment is split into *items* of at most ``rows_per_prog`` rows
 (large segments are split), and consecutive items are packed into *programs* of about
 ``rows_per_prog`` padded rows each (many small segments share one program). A program loops
-over its items in ``block_m`` row tiles.
+over its items in ``block_m`` row tiles. In a long forward launch the last rows go to shorter
+programs, so that the SMs run out of work together (``TAIL_WAVES``).
 
 Performance model (FASTEN's waves x per-wave time): a launch runs in
 ``programs * n_tiles / (SMs * programs per SM)`` waves (at least one; not rounded up: the SMs
@@ -234,11 +235,40 @@ class Routing(NamedTuple):
     max_items_per_type: int
 
 
-def build_routing(ptr_cpu: Tensor, rows_per_item: int, block_m: int, pack: bool) -> Routing:
+# A forward launch's last rows go to programs a quarter as long (at least one row tile): the SMs
+# then run out of work together instead of waiting for the last full-length programs. The tail
+# holds TAIL_WAVES waves of full-length programs, one per SM. Measured on the H100
+# (benchmarks/results/probe_segment_matmul_fwd_tails_h100.log, fp32): BGS K = 128 0.453 ->
+# 0.423 ms, K = 64 0.207 -> 0.200 ms, AM K = 128 1.300 -> 1.262 ms; 1 or 2 waves gained less.
+TAIL_WAVES = 0.5
+TAIL_SHRINK = 4
+
+
+def tail_rows(num_rows: int, rows_per_prog: int, num_sms: int) -> int:
+    """Rows of a forward launch that go to short programs: TAIL_WAVES waves' worth, where the
+    launch has at least four times that (a launch of a few waves has no long tail to even out)."""
+    rows = int(TAIL_WAVES * num_sms * rows_per_prog)
+    return rows if num_rows >= 4 * rows else 0
+
+
+def build_routing(ptr_cpu: Tensor, rows_per_item: int, block_m: int, pack: bool, short_tail: int = 0) -> Routing:
     """Splits every segment into items of at most ``rows_per_item`` rows; ``pack`` groups
     consecutive items into programs of about ``rows_per_item`` padded rows (the forward). Else
     each item is a program and an empty segment has one empty item (the backward, which writes
-    every type's weight gradient). Vectorised: no Python loop over segments or items."""
+    every type's weight gradient). With ``pack``, the last ``short_tail`` rows go to programs of
+    a TAIL_SHRINK-th of that (see :func:`tail_rows`). Vectorised: no Python loop over segments
+    or items."""
+    short_rows = max(block_m, rows_per_item // TAIL_SHRINK)
+    if pack and short_tail > 0 and short_rows < rows_per_item:
+        # Both parts keep every type (the other part's segments clamped empty), so items stay in
+        # type order and the per-type item counts add up.
+        cut = max(0, int(ptr_cpu[-1]) - short_tail)
+        head = build_routing(ptr_cpu.clamp(max=cut), rows_per_item, block_m, True)
+        tail = build_routing(ptr_cpu.clamp(min=cut), short_rows, block_m, True)
+        type_items = head.type_items + tail.type_items
+        return Routing(torch.cat([head.items, tail.items]),
+                       torch.cat([head.prog_ptr[:-1], tail.prog_ptr + head.items.size(0)]), type_items,
+                       int(type_items.diff().max()) if type_items.numel() > 1 else 0)
     counts = ptr_cpu.diff()
     T = counts.numel()
     chunks = torch.div(counts + rows_per_item - 1, rows_per_item, rounding_mode="floor")

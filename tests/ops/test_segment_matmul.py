@@ -453,6 +453,39 @@ def test_routing_covers_every_row_once_and_packs_small_segments():
     assert packed.prog_ptr.numel() - 1 < packed.items.size(0)
 
 
+def test_short_tail_programs_cover_every_row_once():
+    """The forward's last rows go to programs of a quarter of the length: the items still cover
+    every row once, in type order, and the per-type counts agree with the items."""
+    sizes = [700, 0, 130, 2000, 5, 0, 900]
+    ptr = ptr_of(sizes)
+    r = config.build_routing(ptr, rows_per_item=256, block_m=16, pack=True, short_tail=1200)
+    covered = torch.zeros(sum(sizes), dtype=torch.long)
+    for t, lo, hi in r.items.tolist():
+        assert ptr[t] <= lo < hi <= ptr[t + 1]
+        assert hi - lo <= (64 if hi > sum(sizes) - 1200 else 256)
+        covered[lo:hi] += 1
+    assert torch.equal(covered, torch.ones_like(covered))
+    types = r.items[:, 0]
+    assert torch.equal(types, types.sort().values)
+    assert r.type_items.tolist() == [0] + torch.bincount(types, minlength=len(sizes)).cumsum(0).tolist()
+    assert r.max_items_per_type == int(r.type_items.diff().max())
+    assert r.prog_ptr[0] == 0 and r.prog_ptr[-1] == r.items.size(0) and bool((r.prog_ptr.diff() > 0).all())
+    rows = [sum(hi - lo for _, lo, hi in r.items[a:b].tolist()) for a, b in zip(r.prog_ptr[:-1], r.prog_ptr[1:])]
+    assert max(rows[-5:]) <= 2 * 64 and max(rows) > 2 * 64  # the last programs are the short ones
+    assert config.tail_rows(10 ** 6, 512, 132) == 0.5 * 132 * 512  # a long launch gets a tail...
+    assert config.tail_rows(50000, 512, 132) == 0  # ...a launch of a few waves none
+
+
+@pytest.mark.parametrize("short_tail", [0, 40, 90])
+def test_triton_forward_with_short_tail(kernels, short_tail, monkeypatch):
+    kernels, device = kernels
+    monkeypatch.setattr(kernels, "tail_rows", lambda rows, rows_per_prog, num_sms: short_tail)
+    x, ptr, w, b = (t.detach() for t in make([0, 70, 5, 1, 33], 37, 40, torch.float32, device))
+    plan = kernels.SegmentPlan(ptr, x.device)
+    cfg = config.SegmmConfig(16, 64, 64, 64)
+    assert_close(kernels.forward(x, plan, w, b, cfg), reference(x, ptr, w, b), torch.float32)
+
+
 def test_model_prefers_small_tiles_for_tiny_segments(monkeypatch):
     monkeypatch.setattr(config, "hardware", lambda device: (config.HARDWARE["H100"], 132))  # the tuned device
     tiny = torch.full((300,), 3)
