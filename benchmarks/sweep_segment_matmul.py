@@ -21,10 +21,11 @@ from pyg_fast.triton.segment_matmul_config import (MODEL, HARDWARE, ModelConstan
                                                    model_time_us, modelled_candidates)
 
 GRID = {
-    "program_overhead_us": (0.0, 0.25, 0.5, 1.0, 2.0),
-    "item_overhead_us": (0.0, 0.05, 0.15, 0.3),
-    "load_latency_us": (2.0, 3.5, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0),
-    "max_rows_per_prog_per_byte": (32, 64, 128, 256, 512),
+    "program_overhead_us": (0.0, 0.5, 1.0),
+    "item_overhead_us": (0.0, 0.05, 0.15),
+    "load_latency_us": (3.5, 6.0, 8.0, 10.0, 12.0),
+    "max_rows_per_prog_per_byte": (64, 128, 256, 512),
+    "drain_programs": (0.0, 0.5, 1.0, 2.0),
 }
 
 

@@ -5,6 +5,9 @@ forward+backward: pyg_fast against the loop of matmuls PyG runs without pyg-lib 
 Suites "segment_matmul_fwd" and "segment_matmul_fwdbwd"; case keys dataset, K, N, dtype;
 extra fields tflops and pct_roofline = max(FLOPs / matmul peak, bytes / copy bandwidth) over
 the measured time, with the device ceilings of pyg_fast.triton.segment_matmul_config.HARDWARE.
+The forward's records also hold copy_ms, the time of ``out.copy_(x)`` in the same process (the
+rows' bytes, as one stream: at 50 us the launch and ramp are a share of the roofline no
+kernel can hide), and pct_copy = copy_ms over the method's time.
 """
 import csv
 import functools
@@ -14,7 +17,7 @@ from typing import Dict, List
 
 import torch
 
-from benchmarks.common import bench_methods, budget_for
+from benchmarks.common import bench_methods, budget_for, time_ms
 from pyg_fast.ops.segment_matmul import segment_matmul
 from pyg_fast.triton.segment_matmul_config import HARDWARE
 
@@ -99,16 +102,22 @@ def run_cases(rec, device, quick):
                 rate = peak["tflops_16"] if dtype == torch.bfloat16 else peak["tflops_tf32"]
                 xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
                 fns = methods(ptr_cpu, device)
-                for suite, work, calls, want in (
-                        ("segment_matmul_fwd", 1, {name: functools.partial(fn, x, w) for name, fn in fns.items()}, ref),
+                copy_ms = time_ms(functools.partial(torch.empty_like(grad).copy_, x), *budget_for(quick), device=device)
+                for suite, work, calls, want, copy in (
+                        ("segment_matmul_fwd", 1, {name: functools.partial(fn, x, w) for name, fn in fns.items()}, ref,
+                         copy_ms),
                         ("segment_matmul_fwdbwd", 3, {name: functools.partial(forward_backward, fn, xg, wg, grad)
-                                                      for name, fn in fns.items()}, ref_grads)):
+                                                      for name, fn in fns.items()}, ref_grads, None)):
                     bench_methods(rec, suite, case, calls, want, device, CHECK_TOL[dname], budget_for(quick),
-                                  fields=functools.partial(roofline_fields, work * flops, work * nbytes, rate, peak))
+                                  fields=functools.partial(roofline_fields, work * flops, work * nbytes, rate, peak,
+                                                           copy))
                 del x, w, grad, x64, w64, ref, ref_grads, xg, wg
 
 
-def roofline_fields(flops, nbytes, rate, peak, ms):
+def roofline_fields(flops, nbytes, rate, peak, copy_ms, ms):
     seconds = ms * 1e-3
     roofline = max(flops / (rate * 1e12), nbytes / (peak["gbps"] * 1e9))
-    return {"tflops": flops / seconds / 1e12, "pct_roofline": 100.0 * roofline / seconds}
+    fields = {"tflops": flops / seconds / 1e12, "pct_roofline": 100.0 * roofline / seconds}
+    if copy_ms is not None:
+        fields.update(copy_ms=copy_ms, pct_copy=100.0 * copy_ms / ms)
+    return fields

@@ -14,7 +14,9 @@ Performance model (FASTEN's waves x per-wave time): a launch runs in
 take programs as they free up, so a last partial wave costs its share), and each wave takes as
 long as one program: the larger of its tensor-core time and its memory time, plus a fixed cost
 per program and per item. Rows padded up to ``block_m`` count as work, which is what makes small
-``block_m`` win for tiny segments (the utilisation factor).
+``block_m`` win for tiny segments (the utilisation factor). The launch ends with its last
+programs, while other SMs run out of work: that drain costs about one program's time (a
+short-tail program's where the routing has them).
 """
 import json
 import math
@@ -47,13 +49,15 @@ class ModelConstants(NamedTuple):
     # autotuner may pick longer ones): longer programs measured slower than modelled, fp32 ones
     # (TF32, half bf16's rate) less so
     max_rows_per_prog_per_byte: int
+    drain_programs: float  # programs' time the launch's end costs (SMs out of work)
 
 
-# Fitted to benchmarks/results/segment_matmul_sweep_h100.jsonl (48 cases): the pick's measured time over the
-# best candidate's is 1.043 in geometric mean (1.051 with whole waves, 1.080 with session 9's constants).
+# Fitted to benchmarks/results/segment_matmul_sweep_h100.jsonl (48 cases, routing with short tails): the
+# pick's measured time over the best candidate's is 1.035 in geometric mean (1.043 without the drain term,
+# whose fit picks 512-row programs for BGS and AM fp32 K = 128 where 1024-row ones are 2-4% faster).
 # Whole waves tied 32- and 64-row tiles at K = N = 128 in bf16 and picked the 8-11% slower 32-row ones.
-MODEL = ModelConstants(program_overhead_us=0.0, item_overhead_us=0.05, load_latency_us=10.0,
-                       max_rows_per_prog_per_byte=128)
+MODEL = ModelConstants(program_overhead_us=0.0, item_overhead_us=0.0, load_latency_us=6.0,
+                       max_rows_per_prog_per_byte=256, drain_programs=1.0)
 
 BLOCK_MS = (16, 32, 64, 128)
 MAX_WHOLE_K = 128  # up to this K a row tile's product is one tl.dot and the weight tile stays loaded
@@ -164,7 +168,8 @@ def model_time_us(cfg: SegmmConfig, counts: Tensor, K: int, N: int, dtype: torch
     latency_us = (rows / cfg.block_m / max(1, cfg.num_stages - 1) + items_per_prog) * model.load_latency_us
     wave_us = max(flops / sm_rate_flops, nbytes / sm_rate_bytes, latency_us) + model.program_overhead_us \
         + model.item_overhead_us * items_per_prog
-    return waves * wave_us
+    last_program = wave_us * short_tail_share(int(n.sum()), cfg.rows_per_prog, cfg.block_m, num_sms)
+    return waves * wave_us + model.drain_programs * last_program
 
 
 def model_config(counts: Tensor, K: int, N: int, dtype: torch.dtype, device: torch.device,
@@ -251,6 +256,19 @@ def tail_rows(num_rows: int, rows_per_prog: int, num_sms: int) -> int:
     return rows if num_rows >= 4 * rows else 0
 
 
+def tail_program_rows(rows_per_prog: int, block_m: int) -> int:
+    """Rows of a short-tail program: a TAIL_SHRINK-th of the others, at least one row tile."""
+    return max(block_m, rows_per_prog // TAIL_SHRINK)
+
+
+def short_tail_share(num_rows: int, rows_per_prog: int, block_m: int, num_sms: int) -> float:
+    """Length of a forward launch's last programs over ``rows_per_prog``: below one where the
+    routing gives the launch a short tail."""
+    if not tail_rows(num_rows, rows_per_prog, num_sms):
+        return 1.0
+    return min(1.0, tail_program_rows(rows_per_prog, block_m) / rows_per_prog)
+
+
 def build_routing(ptr_cpu: Tensor, rows_per_item: int, block_m: int, pack: bool, short_tail: int = 0) -> Routing:
     """Splits every segment into items of at most ``rows_per_item`` rows; ``pack`` groups
     consecutive items into programs of about ``rows_per_item`` padded rows (the forward). Else
@@ -258,7 +276,7 @@ def build_routing(ptr_cpu: Tensor, rows_per_item: int, block_m: int, pack: bool,
     every type's weight gradient). With ``pack``, the last ``short_tail`` rows go to programs of
     a TAIL_SHRINK-th of that (see :func:`tail_rows`). Vectorised: no Python loop over segments
     or items."""
-    short_rows = max(block_m, rows_per_item // TAIL_SHRINK)
+    short_rows = tail_program_rows(rows_per_item, block_m)
     if pack and short_tail > 0 and short_rows < rows_per_item:
         # Both parts keep every type (the other part's segments clamped empty), so items stay in
         # type order and the per-type item counts add up.
