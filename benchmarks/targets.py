@@ -166,7 +166,7 @@ def issue4(res: Results, rep: Report) -> None:
                 if c["dataset"] == dataset and by["pyg_fast"].get("pct_roofline") is not None]
         if rows:
             case, worst = min(rows, key=lambda row: row[1]["pct_roofline"])
-            copy = f"; {worst['pct_copy']:.1f}% of a copy of its rows" if "pct_copy" in worst else ""
+            copy = f"; {worst['pct_copy']:.1f}% of out.copy_(x) on its rows" if "pct_copy" in worst else ""
             rep.target(4, f"segment_matmul fwd {dataset}: lowest % of roofline", worst["pct_roofline"], 85, "%",
                        detail=_case(case, ("K", "dtype")) + copy)
     hetero = {c["model"]: by for c, by in res.times("e2e_train_hetero")}

@@ -1,0 +1,114 @@
+# Forward segment_matmul at small K against a plain streaming copy of the same rows: which part
+# of the kernel costs the gap (BGS K = 32 bf16: 0.053 ms against 0.048 for a Triton tile copy,
+# `stream_ceiling.py`)? Variants of the library's forward loop, each alone:
+#   routed / arithmetic: rows from the routing table (prog_ptr -> items -> rows, a chain of
+#       dependent loads before the first row tile), or program p takes rows [p R, (p + 1) R)
+#       with weight 0 (no table; a timing variant only, its output is not a segment_matmul);
+#   dot / pass: the row tile times the weight, or the row tile itself stored (K = N);
+#   w_loop: the item's weight loaded with every row tile (from L2) inside the pipelined loop,
+#       so that no load waits for the weight before the first row tiles are requested.
+# Needs no pyg_fast build. Run: python benchmarks/probes/segment_matmul_fwd_stream.py (GPU).
+import importlib.util
+import os
+import sys
+
+import torch
+import triton
+import triton.language as tl
+from triton.testing import do_bench
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+spec = importlib.util.spec_from_file_location("cfg", os.path.join(ROOT, "pyg_fast/triton/segment_matmul_config.py"))
+cfgmod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cfgmod)
+sys.path.insert(0, HERE)
+from stream_ceiling import copy_tiles  # noqa: E402
+from segment_matmul_fwd_tma import segment_sizes  # noqa: E402
+
+
+# (routed, dot, w_loop); session 18's first run also timed routed/arithmetic x dot/pass
+VARIANTS = ((True, True, False), (True, True, True), (False, True, False))
+
+
+@triton.jit
+def fwd(x_ptr, w_ptr, out_ptr, prog_ptr, items_ptr, M, K, N, stride_xm, stride_wt, stride_wk, stride_wn, stride_om,
+        ROUTED: tl.constexpr, DOT: tl.constexpr, W_LOOP: tl.constexpr, ROWS: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid = tl.program_id(0)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    mask_n = offs_n < N
+    w_offs = offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn
+    w_mask = (offs_k[:, None] < K) & mask_n[None, :]
+    if ROUTED:
+        first = tl.load(prog_ptr + pid)
+        last = tl.load(prog_ptr + pid + 1)
+    else:
+        first = pid
+        last = pid + 1
+    for it in range(first, last):
+        if ROUTED:
+            t = tl.load(items_ptr + 3 * it).to(tl.int64)
+            start = tl.load(items_ptr + 3 * it + 1)
+            end = tl.load(items_ptr + 3 * it + 2)
+        else:
+            t = 0
+            start = pid * ROWS
+            end = tl.minimum(start + ROWS, M)
+        if not W_LOOP:
+            w = tl.load(w_ptr + t * stride_wt + w_offs, mask=w_mask, other=0.0)
+        for m0 in range(start, end, BLOCK_M):
+            if W_LOOP:
+                w = tl.load(w_ptr + t * stride_wt + w_offs, mask=w_mask, other=0.0)
+            offs_m = (m0 + tl.arange(0, BLOCK_M)).to(tl.int64)
+            mask_m = offs_m < end
+            a = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
+                        mask=mask_m[:, None] & (offs_k[None, :] < K), other=0.0)
+            if DOT:
+                acc = tl.dot(a, w).to(out_ptr.dtype.element_ty)
+            else:
+                acc = a
+            tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc,
+                     mask=mask_m[:, None] & mask_n[None, :])
+
+
+def main():
+    torch.backends.cuda.matmul.allow_tf32 = True  # the picks of the suite's fp32 (TF32) cases
+    sizes = segment_sizes()
+    ceil, num_sms = cfgmod.hardware(torch.device("cuda"))
+    for ds, K, dtype in (("BGS", 32, torch.bfloat16), ("Freebase", 32, torch.bfloat16), ("BGS", 64, torch.bfloat16),
+                         ("BGS", 32, torch.float32), ("BGS", 64, torch.float32)):
+        ptr = torch.tensor([0] + sizes[ds]).cumsum(0)
+        M, T = int(ptr[-1]), len(sizes[ds])
+        x = torch.randn(M, K, device="cuda").to(dtype)
+        w = (torch.randn(T, K, K, device="cuda") / K ** 0.5).to(dtype)
+        out = torch.empty_like(x)
+        floor = x.element_size() * (2 * M * K + T * K * K) / (ceil["gbps"] * 1e9) * 1e3
+        block = 16384 // x.element_size()
+        copy = do_bench(lambda: copy_tiles[(triton.cdiv(x.numel(), block),)](x, out, x.numel(), block),
+                        warmup=10, rep=200, return_mode="median")
+        res = [f"tile copy 16 KB {copy:.4f} ({100 * floor / copy:.1f}%)"]
+        pick = cfgmod.model_config(ptr.diff(), K, K, dtype, torch.device("cuda"))
+        for cfg in {pick, cfgmod.SegmmConfig(64, K, K, 128, 4, 3), cfgmod.SegmmConfig(128, K, K, 256, 4, 3)}:
+            routing = cfgmod.build_routing(ptr, cfg.rows_per_prog, cfg.block_m, True,
+                                           cfgmod.tail_rows(M, cfg.rows_per_prog, num_sms))
+            items, prog_ptr = routing.items.cuda(), routing.prog_ptr.cuda()
+            for routed, dot, w_loop in VARIANTS:
+                    grid = (prog_ptr.numel() - 1 if routed else triton.cdiv(M, cfg.rows_per_prog),)
+
+                    def call():
+                        fwd[grid](x, w, out, prog_ptr, items, M, K, K, x.stride(0), w.stride(0), w.stride(1),
+                                  w.stride(2), out.stride(0), routed, dot, w_loop, cfg.rows_per_prog, cfg.block_m,
+                                  cfg.block_n, cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                    call()
+                    if not dot:
+                        assert torch.equal(out, x)
+                    ms = do_bench(call, warmup=10, rep=200, return_mode="median")
+                    res.append(f"{tuple(cfg)} {'routed' if routed else 'arithmetic'} {'dot' if dot else 'pass'}"
+                               f"{' w_loop' if w_loop else ''} {ms:.4f} ({100 * floor / ms:.1f}%)")
+        print(f"{ds} K={K} {str(dtype)[6:]} floor {floor:.4f}", *res, sep="\n  ", flush=True)
+
+
+if __name__ == "__main__":
+    main()
