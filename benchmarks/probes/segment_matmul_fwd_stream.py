@@ -6,7 +6,9 @@
 #       with weight 0 (no table; a timing variant only, its output is not a segment_matmul);
 #   dot / pass: the row tile times the weight, or the row tile itself stored (K = N);
 #   w_loop: the item's weight loaded with every row tile (from L2) inside the pipelined loop,
-#       so that no load waits for the weight before the first row tiles are requested.
+#       so that no load waits for the weight before the first row tiles are requested;
+#   inline: each program's first item (type, start, end, index of its items, count) in one
+#       row of a program table: one load before the weight and the first row tiles.
 # Needs no pyg_fast build. Run: python benchmarks/probes/segment_matmul_fwd_stream.py (GPU).
 import importlib.util
 import os
@@ -24,53 +26,74 @@ cfgmod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(cfgmod)
 sys.path.insert(0, HERE)
 from stream_ceiling import copy_tiles  # noqa: E402
-from segment_matmul_fwd_tma import segment_sizes  # noqa: E402
+from segment_matmul_fwd_tma import reference, segment_sizes  # noqa: E402
 
 
-# (routed, dot, w_loop); session 18's first run also timed routed/arithmetic x dot/pass
-VARIANTS = ((True, True, False), (True, True, True), (False, True, False))
+TABLE, INLINE, ARITHMETIC = 0, 1, 2  # where a program finds its rows
+# (route, dot, w_loop); session 18's first run also timed table/arithmetic x dot/pass
+VARIANTS = ((TABLE, True, False), (INLINE, True, False), (TABLE, True, True), (ARITHMETIC, True, False))
+ROUTE_NAMES = {TABLE: "routed", INLINE: "inline", ARITHMETIC: "arithmetic"}
 
 
 @triton.jit
-def fwd(x_ptr, w_ptr, out_ptr, prog_ptr, items_ptr, M, K, N, stride_xm, stride_wt, stride_wk, stride_wn, stride_om,
-        ROUTED: tl.constexpr, DOT: tl.constexpr, W_LOOP: tl.constexpr, ROWS: tl.constexpr,
+def _item(x_ptr, w_ptr, out_ptr, t, start, end, K, N, stride_xm, stride_wt, stride_om, w_offs, w_mask,
+          DOT: tl.constexpr, W_LOOP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+          BLOCK_K: tl.constexpr):
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    if not W_LOOP:
+        w = tl.load(w_ptr + t * stride_wt + w_offs, mask=w_mask, other=0.0)
+    for m0 in range(start, end, BLOCK_M):
+        if W_LOOP:
+            w = tl.load(w_ptr + t * stride_wt + w_offs, mask=w_mask, other=0.0)
+        offs_m = (m0 + tl.arange(0, BLOCK_M)).to(tl.int64)
+        mask_m = offs_m < end
+        a = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
+                    mask=mask_m[:, None] & (offs_k[None, :] < K), other=0.0)
+        if DOT:
+            acc = tl.dot(a, w).to(out_ptr.dtype.element_ty)
+        else:
+            acc = a
+        tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc,
+                 mask=mask_m[:, None] & (offs_n[None, :] < N))
+
+
+@triton.jit
+def fwd(x_ptr, w_ptr, out_ptr, prog_ptr, items_ptr, heads_ptr, M, K, N, stride_xm, stride_wt, stride_wk, stride_wn,
+        stride_om, ROUTE: tl.constexpr, DOT: tl.constexpr, W_LOOP: tl.constexpr, ROWS: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid = tl.program_id(0)
     offs_n = tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
-    mask_n = offs_n < N
     w_offs = offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn
-    w_mask = (offs_k[:, None] < K) & mask_n[None, :]
-    if ROUTED:
-        first = tl.load(prog_ptr + pid)
-        last = tl.load(prog_ptr + pid + 1)
-    else:
-        first = pid
-        last = pid + 1
-    for it in range(first, last):
-        if ROUTED:
-            t = tl.load(items_ptr + 3 * it).to(tl.int64)
-            start = tl.load(items_ptr + 3 * it + 1)
-            end = tl.load(items_ptr + 3 * it + 2)
-        else:
-            t = 0
-            start = pid * ROWS
-            end = tl.minimum(start + ROWS, M)
-        if not W_LOOP:
-            w = tl.load(w_ptr + t * stride_wt + w_offs, mask=w_mask, other=0.0)
-        for m0 in range(start, end, BLOCK_M):
-            if W_LOOP:
-                w = tl.load(w_ptr + t * stride_wt + w_offs, mask=w_mask, other=0.0)
-            offs_m = (m0 + tl.arange(0, BLOCK_M)).to(tl.int64)
-            mask_m = offs_m < end
-            a = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
-                        mask=mask_m[:, None] & (offs_k[None, :] < K), other=0.0)
-            if DOT:
-                acc = tl.dot(a, w).to(out_ptr.dtype.element_ty)
-            else:
-                acc = a
-            tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc,
-                     mask=mask_m[:, None] & mask_n[None, :])
+    w_mask = (offs_k[:, None] < K) & (offs_n[None, :] < N)
+    if ROUTE == 2:  # ARITHMETIC
+        start = pid * ROWS
+        _item(x_ptr, w_ptr, out_ptr, 0, start, tl.minimum(start + ROWS, M), K, N, stride_xm, stride_wt, stride_om,
+              w_offs, w_mask, DOT, W_LOOP, BLOCK_M, BLOCK_N, BLOCK_K)
+    elif ROUTE == 1:  # INLINE: the first item in the program's own row of heads, one load
+        t = tl.load(heads_ptr + 5 * pid).to(tl.int64)
+        start = tl.load(heads_ptr + 5 * pid + 1)
+        end = tl.load(heads_ptr + 5 * pid + 2)
+        first = tl.load(heads_ptr + 5 * pid + 3)
+        count = tl.load(heads_ptr + 5 * pid + 4)
+        _item(x_ptr, w_ptr, out_ptr, t, start, end, K, N, stride_xm, stride_wt, stride_om, w_offs, w_mask,
+              DOT, W_LOOP, BLOCK_M, BLOCK_N, BLOCK_K)
+        for it in range(first + 1, first + count):
+            _item(x_ptr, w_ptr, out_ptr, tl.load(items_ptr + 3 * it).to(tl.int64), tl.load(items_ptr + 3 * it + 1),
+                  tl.load(items_ptr + 3 * it + 2), K, N, stride_xm, stride_wt, stride_om, w_offs, w_mask,
+                  DOT, W_LOOP, BLOCK_M, BLOCK_N, BLOCK_K)
+    else:  # TABLE, as the library: prog_ptr -> items
+        for it in range(tl.load(prog_ptr + pid), tl.load(prog_ptr + pid + 1)):
+            _item(x_ptr, w_ptr, out_ptr, tl.load(items_ptr + 3 * it).to(tl.int64), tl.load(items_ptr + 3 * it + 1),
+                  tl.load(items_ptr + 3 * it + 2), K, N, stride_xm, stride_wt, stride_om, w_offs, w_mask,
+                  DOT, W_LOOP, BLOCK_M, BLOCK_N, BLOCK_K)
+
+
+def heads_of(items, prog_ptr):
+    """[P, 5] int32: each program's first item (type, start, end), its index and the item count."""
+    first = prog_ptr[:-1].long()
+    return torch.cat([items[first], first[:, None].int(), (prog_ptr[1:] - prog_ptr[:-1])[:, None].int()], 1)
 
 
 def main():
@@ -90,23 +113,26 @@ def main():
                         warmup=10, rep=200, return_mode="median")
         res = [f"tile copy 16 KB {copy:.4f} ({100 * floor / copy:.1f}%)"]
         pick = cfgmod.model_config(ptr.diff(), K, K, dtype, torch.device("cuda"))
+        want = None
         for cfg in {pick, cfgmod.SegmmConfig(64, K, K, 128, 4, 3), cfgmod.SegmmConfig(128, K, K, 256, 4, 3)}:
             routing = cfgmod.build_routing(ptr, cfg.rows_per_prog, cfg.block_m, True,
                                            cfgmod.tail_rows(M, cfg.rows_per_prog, num_sms))
+            heads = heads_of(routing.items, routing.prog_ptr).cuda()
             items, prog_ptr = routing.items.cuda(), routing.prog_ptr.cuda()
-            for routed, dot, w_loop in VARIANTS:
-                    grid = (prog_ptr.numel() - 1 if routed else triton.cdiv(M, cfg.rows_per_prog),)
+            for route, dot, w_loop in VARIANTS:
+                grid = (triton.cdiv(M, cfg.rows_per_prog) if route == ARITHMETIC else prog_ptr.numel() - 1,)
 
-                    def call():
-                        fwd[grid](x, w, out, prog_ptr, items, M, K, K, x.stride(0), w.stride(0), w.stride(1),
-                                  w.stride(2), out.stride(0), routed, dot, w_loop, cfg.rows_per_prog, cfg.block_m,
-                                  cfg.block_n, cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-                    call()
-                    if not dot:
-                        assert torch.equal(out, x)
-                    ms = do_bench(call, warmup=10, rep=200, return_mode="median")
-                    res.append(f"{tuple(cfg)} {'routed' if routed else 'arithmetic'} {'dot' if dot else 'pass'}"
-                               f"{' w_loop' if w_loop else ''} {ms:.4f} ({100 * floor / ms:.1f}%)")
+                def call():
+                    fwd[grid](x, w, out, prog_ptr, items, heads, M, K, K, x.stride(0), w.stride(0), w.stride(1),
+                              w.stride(2), out.stride(0), route, dot, w_loop, cfg.rows_per_prog, cfg.block_m,
+                              cfg.block_n, cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                call()
+                if route != ARITHMETIC:
+                    want = reference(x, ptr, w) if want is None else want
+                    assert (out.double() - want).abs().max().item() < 0.05 * want.abs().max().item(), route
+                ms = do_bench(call, warmup=10, rep=200, return_mode="median")
+                res.append(f"{tuple(cfg)} {ROUTE_NAMES[route]} {'dot' if dot else 'pass'}"
+                           f"{' w_loop' if w_loop else ''} {ms:.4f} ({100 * floor / ms:.1f}%)")
         print(f"{ds} K={K} {str(dtype)[6:]} floor {floor:.4f}", *res, sep="\n  ", flush=True)
 
 
