@@ -37,6 +37,16 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a check under TRITO
 
 
 @triton.jit
+def weight_tile(K, N, stride_wk, stride_wn, pid_n, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Column offsets, row offsets, column mask, offsets and mask of the weight tile of N tile pid_n."""
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    mask_n = offs_n < N
+    return offs_n, offs_k, mask_n, offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn, \
+        (offs_k[:, None] < K) & mask_n[None, :]
+
+
+@triton.jit
 def fwd(x_ptr, w_ptr, out_ptr, prog_ptr, items_ptr, K, N, stride_xm, stride_wt, stride_wk, stride_wn, stride_om,
         N_FASTEST: tl.constexpr, PREFETCH: tl.constexpr, EVICT: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -46,11 +56,7 @@ def fwd(x_ptr, w_ptr, out_ptr, prog_ptr, items_ptr, K, N, stride_xm, stride_wt, 
     else:
         pid = tl.program_id(0)
         pid_n = tl.program_id(1)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    mask_n = offs_n < N
-    w_offs = offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn
-    w_mask = (offs_k[:, None] < K) & mask_n[None, :]
+    offs_n, offs_k, mask_n, w_offs, w_mask = weight_tile(K, N, stride_wk, stride_wn, pid_n, BLOCK_N, BLOCK_K)
     first = tl.load(prog_ptr + pid)
     last = tl.load(prog_ptr + pid + 1)
     if PREFETCH:

@@ -20,6 +20,9 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from segment_matmul_fwd_bubbles import segment_sizes, weight_tile  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 spec = importlib.util.spec_from_file_location("cfg", os.path.join(ROOT, "pyg_fast/triton/segment_matmul_config.py"))
 cfgmod = importlib.util.module_from_spec(spec)
@@ -34,11 +37,7 @@ def fwd(x_ptr, x_desc, w_ptr, out_ptr, out_desc, prog_ptr, items_ptr, K, N, stri
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid = tl.program_id(0)
     pid_n = tl.program_id(1)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    mask_n = offs_n < N
-    w_offs = offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn
-    w_mask = (offs_k[:, None] < K) & mask_n[None, :]
+    offs_n, offs_k, mask_n, w_offs, w_mask = weight_tile(K, N, stride_wk, stride_wn, pid_n, BLOCK_N, BLOCK_K)
     for it in range(tl.load(prog_ptr + pid), tl.load(prog_ptr + pid + 1)):
         t = tl.load(items_ptr + 3 * it).to(tl.int64)
         start = tl.load(items_ptr + 3 * it + 1)
@@ -81,16 +80,6 @@ def launcher(x, w, ptr, cfg, variant):
                   num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return out
     return call
-
-
-def segment_sizes():  # benchmarks.suites.segment_matmul's, whose module imports pyg_fast
-    import csv
-    import glob
-    out = {}
-    for path in glob.glob(os.path.join(ROOT, "benchmarks/data/hetero_types/*.csv")):
-        with open(path) as f:
-            out[os.path.basename(path)[:-4]] = [int(r["End"]) - int(r["Start"]) for r in csv.DictReader(f)]
-    return out
 
 
 def reference(x, ptr, w):
