@@ -8,7 +8,11 @@
 #   w_loop: the item's weight loaded with every row tile (from L2) inside the pipelined loop,
 #       so that no load waits for the weight before the first row tiles are requested;
 #   inline: each program's first item (type, start, end, index of its items, count) in one
-#       row of a program table: one load before the weight and the first row tiles.
+#       row of a program table: one load before the weight and the first row tiles;
+#   block_loaded / block_typed: arithmetic rows whose start (and, typed, the weight of the
+#       block's first row's type) comes from a table: arithmetic plus one load (plus weights
+#       that change between programs), without segment ends, packing or the short tail (added at
+#       the end of session 18, not yet run on a GPU).
 # Needs no pyg_fast build. Run: python benchmarks/probes/segment_matmul_fwd_stream.py (GPU).
 import importlib.util
 import os
@@ -29,10 +33,12 @@ from stream_ceiling import copy_tiles  # noqa: E402
 from segment_matmul_fwd_tma import reference, segment_sizes  # noqa: E402
 
 
-TABLE, INLINE, ARITHMETIC = 0, 1, 2  # where a program finds its rows
-# (route, dot, w_loop); session 18's first run also timed table/arithmetic x dot/pass
-VARIANTS = ((TABLE, True, False), (INLINE, True, False), (TABLE, True, True), (ARITHMETIC, True, False))
-ROUTE_NAMES = {TABLE: "routed", INLINE: "inline", ARITHMETIC: "arithmetic"}
+TABLE, INLINE, ARITHMETIC, BLOCK_LOADED, BLOCK_TYPED = 0, 1, 2, 3, 4  # where a program finds its rows
+# (route, dot, w_loop); session 18's runs also timed table/arithmetic x dot/pass and w_loop
+VARIANTS = ((TABLE, True, False), (INLINE, True, False), (BLOCK_TYPED, True, False), (BLOCK_LOADED, True, False),
+            (ARITHMETIC, True, False))
+ROUTE_NAMES = {TABLE: "routed", INLINE: "inline", ARITHMETIC: "arithmetic", BLOCK_LOADED: "block_loaded",
+               BLOCK_TYPED: "block_typed"}
 
 
 @triton.jit
@@ -59,7 +65,7 @@ def _item(x_ptr, w_ptr, out_ptr, t, start, end, K, N, stride_xm, stride_wt, stri
 
 
 @triton.jit
-def fwd(x_ptr, w_ptr, out_ptr, prog_ptr, items_ptr, heads_ptr, M, K, N, stride_xm, stride_wt, stride_wk, stride_wn,
+def fwd(x_ptr, w_ptr, out_ptr, prog_ptr, items_ptr, heads_ptr, blocks_ptr, M, K, N, stride_xm, stride_wt, stride_wk, stride_wn,
         stride_om, ROUTE: tl.constexpr, DOT: tl.constexpr, W_LOOP: tl.constexpr, ROWS: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid = tl.program_id(0)
@@ -67,9 +73,14 @@ def fwd(x_ptr, w_ptr, out_ptr, prog_ptr, items_ptr, heads_ptr, M, K, N, stride_x
     offs_k = tl.arange(0, BLOCK_K)
     w_offs = offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn
     w_mask = (offs_k[:, None] < K) & (offs_n[None, :] < N)
-    if ROUTE == 2:  # ARITHMETIC
+    if ROUTE >= 2:  # ARITHMETIC, BLOCK_LOADED, BLOCK_TYPED: rows [pid ROWS, (pid + 1) ROWS)
+        t = 0
         start = pid * ROWS
-        _item(x_ptr, w_ptr, out_ptr, 0, start, tl.minimum(start + ROWS, M), K, N, stride_xm, stride_wt, stride_om,
+        if ROUTE >= 3:
+            start = tl.load(blocks_ptr + 2 * pid + 1)
+        if ROUTE == 4:
+            t = tl.load(blocks_ptr + 2 * pid).to(tl.int64)
+        _item(x_ptr, w_ptr, out_ptr, t, start, tl.minimum(start + ROWS, M), K, N, stride_xm, stride_wt, stride_om,
               w_offs, w_mask, DOT, W_LOOP, BLOCK_M, BLOCK_N, BLOCK_K)
     elif ROUTE == 1:  # INLINE: the first item in the program's own row of heads, one load
         t = tl.load(heads_ptr + 5 * pid).to(tl.int64)
@@ -88,6 +99,12 @@ def fwd(x_ptr, w_ptr, out_ptr, prog_ptr, items_ptr, heads_ptr, M, K, N, stride_x
             _item(x_ptr, w_ptr, out_ptr, tl.load(items_ptr + 3 * it).to(tl.int64), tl.load(items_ptr + 3 * it + 1),
                   tl.load(items_ptr + 3 * it + 2), K, N, stride_xm, stride_wt, stride_om, w_offs, w_mask,
                   DOT, W_LOOP, BLOCK_M, BLOCK_N, BLOCK_K)
+
+
+def blocks_of(ptr, rows):
+    """[P, 2] int32: each block of ``rows`` rows' first row and that row's type."""
+    starts = torch.arange(0, int(ptr[-1]), rows)
+    return torch.stack([torch.searchsorted(ptr, starts, right=True) - 1, starts], 1).int()
 
 
 def heads_of(items, prog_ptr):
@@ -118,16 +135,17 @@ def main():
             routing = cfgmod.build_routing(ptr, cfg.rows_per_prog, cfg.block_m, True,
                                            cfgmod.tail_rows(M, cfg.rows_per_prog, num_sms))
             heads = heads_of(routing.items, routing.prog_ptr).cuda()
+            blocks = blocks_of(ptr, cfg.rows_per_prog).cuda()
             items, prog_ptr = routing.items.cuda(), routing.prog_ptr.cuda()
             for route, dot, w_loop in VARIANTS:
-                grid = (triton.cdiv(M, cfg.rows_per_prog) if route == ARITHMETIC else prog_ptr.numel() - 1,)
+                grid = (triton.cdiv(M, cfg.rows_per_prog) if route >= ARITHMETIC else prog_ptr.numel() - 1,)
 
                 def call():
-                    fwd[grid](x, w, out, prog_ptr, items, heads, M, K, K, x.stride(0), w.stride(0), w.stride(1),
+                    fwd[grid](x, w, out, prog_ptr, items, heads, blocks, M, K, K, x.stride(0), w.stride(0), w.stride(1),
                               w.stride(2), out.stride(0), route, dot, w_loop, cfg.rows_per_prog, cfg.block_m,
                               cfg.block_n, cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
                 call()
-                if route != ARITHMETIC:
+                if route < ARITHMETIC:
                     want = reference(x, ptr, w) if want is None else want
                     assert (out.double() - want).abs().max().item() < 0.05 * want.abs().max().item(), route
                 ms = do_bench(call, warmup=10, rep=200, return_mode="median")
