@@ -476,6 +476,20 @@ def test_short_tail_programs_cover_every_row_once():
     assert config.tail_rows(50000, 512, 132) == 0  # ...a launch of a few waves none
 
 
+@pytest.mark.parametrize("num_rows", [5_120, 200_000])
+def test_model_drain_is_the_routings_last_program(num_rows):
+    """The model's drain term lasts as long as the routing's last program: a short-tail one in a
+    long launch, a full-length one in a launch of a few waves."""
+    rows_per_prog, block_m, num_sms = 256, 32, 16
+    ptr = ptr_of([num_rows // 2, 0, num_rows - num_rows // 2])
+    routing = config.build_routing(ptr, rows_per_prog, block_m, True, config.tail_rows(num_rows, rows_per_prog, num_sms))
+    last = routing.items[routing.prog_ptr[-2]:routing.prog_ptr[-1]]
+    last_rows = int((last[:, 2] - last[:, 1]).sum())
+    share = config.short_tail_share(num_rows, rows_per_prog, block_m, num_sms)
+    assert share == last_rows / rows_per_prog
+    assert (share < 1) == (num_rows == 200_000)
+
+
 @pytest.mark.parametrize("short_tail", [0, 40, 90])
 def test_triton_forward_with_short_tail(kernels, short_tail, monkeypatch):
     kernels, device = kernels
