@@ -9,8 +9,9 @@ import triton
 import triton.language as tl
 from triton.testing import do_bench
 
-GBPS = 3020.0  # pyg_fast.triton.segment_matmul_config.HARDWARE["H100"]["gbps"]
-BGS_ROWS = 1021496
+from segment_matmul_fwd_bubbles import cfgmod, segment_sizes  # run from this folder, or with it on sys.path
+
+GBPS = cfgmod.HARDWARE["H100"]["gbps"]
 
 
 @triton.jit
@@ -30,11 +31,12 @@ def copy_persistent(src, dst, n, num_tiles, BLOCK: tl.constexpr):
 
 def main():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    bgs_rows = sum(segment_sizes()["BGS"])
     tiny = torch.zeros(1, device="cuda")
     print(f"empty op {do_bench(lambda: tiny.add_(1), warmup=10, rep=200, return_mode='median') * 1e3:.1f} us")
     for name, K, dtype in (("BGS K=32 bf16", 32, torch.bfloat16), ("BGS K=64 bf16", 64, torch.bfloat16),
                            ("BGS K=32 fp32", 32, torch.float32), ("BGS K=128 fp32", 128, torch.float32)):
-        x = torch.randn(BGS_ROWS, K, device="cuda").to(dtype)
+        x = torch.randn(bgs_rows, K, device="cuda").to(dtype)
         out = torch.empty_like(x)
         n = x.numel()
         floor_ms = 2 * x.element_size() * n / (GBPS * 1e9) * 1e3
