@@ -12,7 +12,13 @@
 #   block_loaded / block_typed: arithmetic rows whose start (and, typed, the weight of the
 #       block's first row's type) comes from a table: arithmetic plus one load (plus weights
 #       that change between programs), without segment ends, packing or the short tail (added at
-#       the end of session 18, not yet run on a GPU).
+#       the end of session 18, first run in session 19);
+#   routed_no_tail: the routed kernel on a routing without the short tail;
+#   block_segments: a correct segment_matmul with arithmetic rows: block p is rows [p R, (p + 1) R)
+#       (the short tail's blocks R / 4), its first row's type from a table, split at the segment
+#       ends it holds (read from ptr): no load before the first row tile's address;
+#   block_split: the same blocks cut at every segment start, one type per program, a table of
+#       (type, start) rows (one load before everything; the program ends where the next starts).
 # Needs no pyg_fast build. Run: python benchmarks/probes/segment_matmul_fwd_stream.py (GPU).
 import importlib.util
 import os
@@ -34,11 +40,15 @@ from segment_matmul_fwd_tma import reference, segment_sizes  # noqa: E402
 
 
 TABLE, INLINE, ARITHMETIC, BLOCK_LOADED, BLOCK_TYPED = 0, 1, 2, 3, 4  # where a program finds its rows
-# (route, dot, w_loop); session 18's runs also timed table/arithmetic x dot/pass and w_loop
-VARIANTS = ((TABLE, True, False), (INLINE, True, False), (BLOCK_TYPED, True, False), (BLOCK_LOADED, True, False),
-            (ARITHMETIC, True, False))
-ROUTE_NAMES = {TABLE: "routed", INLINE: "inline", ARITHMETIC: "arithmetic", BLOCK_LOADED: "block_loaded",
-               BLOCK_TYPED: "block_typed"}
+TABLE_NO_TAIL = 5  # the TABLE kernel on a routing without the short tail
+BLOCK_SEGMENTS = 6  # arithmetic blocks (and short tail), each split at the segment ends it holds
+BLOCK_SPLIT = 7  # the same blocks cut at every segment start into programs of one type each
+# (route, dot, w_loop); session 18's runs also timed table/arithmetic x dot/pass and w_loop, the
+# first session-19 run routed_no_tail, inline and block_loaded, the second block_segments
+VARIANTS = ((TABLE, True, False), (BLOCK_SPLIT, True, False), (BLOCK_TYPED, True, False), (ARITHMETIC, True, False))
+ROUTE_NAMES = {TABLE: "routed", TABLE_NO_TAIL: "routed_no_tail", INLINE: "inline", ARITHMETIC: "arithmetic",
+               BLOCK_LOADED: "block_loaded", BLOCK_TYPED: "block_typed", BLOCK_SEGMENTS: "block_segments",
+               BLOCK_SPLIT: "block_split"}
 
 
 @triton.jit
@@ -65,15 +75,38 @@ def _item(x_ptr, w_ptr, out_ptr, t, start, end, K, N, stride_xm, stride_wt, stri
 
 
 @triton.jit
-def fwd(x_ptr, w_ptr, out_ptr, prog_ptr, items_ptr, heads_ptr, blocks_ptr, M, K, N, stride_xm, stride_wt, stride_wk, stride_wn,
-        stride_om, ROUTE: tl.constexpr, DOT: tl.constexpr, W_LOOP: tl.constexpr, ROWS: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def fwd(x_ptr, w_ptr, out_ptr, prog_ptr, items_ptr, heads_ptr, blocks_ptr, ptr_ptr, head_progs, M, K, N, stride_xm,
+        stride_wt, stride_wk, stride_wn, stride_om, ROUTE: tl.constexpr, DOT: tl.constexpr, W_LOOP: tl.constexpr,
+        ROWS: tl.constexpr, TAIL_ROWS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr):
     pid = tl.program_id(0)
     offs_n = tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     w_offs = offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn
     w_mask = (offs_k[:, None] < K) & (offs_n[None, :] < N)
-    if ROUTE >= 2:  # ARITHMETIC, BLOCK_LOADED, BLOCK_TYPED: rows [pid ROWS, (pid + 1) ROWS)
+    if ROUTE == 7:  # BLOCK_SPLIT: blocks_ptr rows (type, start), program pid ends where pid + 1 starts
+        _item(x_ptr, w_ptr, out_ptr, tl.load(blocks_ptr + 2 * pid).to(tl.int64), tl.load(blocks_ptr + 2 * pid + 1),
+              tl.load(blocks_ptr + 2 * pid + 3), K, N, stride_xm, stride_wt, stride_om, w_offs, w_mask, DOT, W_LOOP,
+              BLOCK_M, BLOCK_N, BLOCK_K)
+    elif ROUTE == 6:  # BLOCK_SEGMENTS: block pid's rows, split at segment ends; blocks_ptr: first row's type
+        if pid < head_progs:
+            start = pid * ROWS
+            stop = tl.minimum(start + ROWS, M)
+        else:
+            start = head_progs * ROWS + (pid - head_progs) * TAIL_ROWS
+            stop = tl.minimum(start + TAIL_ROWS, M)
+        t = tl.load(blocks_ptr + pid)
+        seg_end = tl.load(ptr_ptr + t + 1)
+        _item(x_ptr, w_ptr, out_ptr, t.to(tl.int64), start, tl.minimum(seg_end, stop), K, N, stride_xm, stride_wt,
+              stride_om, w_offs, w_mask, DOT, W_LOOP, BLOCK_M, BLOCK_N, BLOCK_K)
+        while seg_end < stop:
+            t += 1
+            seg_start = seg_end
+            seg_end = tl.load(ptr_ptr + t + 1)
+            if seg_end > seg_start:  # empty segments load no weight
+                _item(x_ptr, w_ptr, out_ptr, t.to(tl.int64), seg_start, tl.minimum(seg_end, stop), K, N, stride_xm,
+                      stride_wt, stride_om, w_offs, w_mask, DOT, W_LOOP, BLOCK_M, BLOCK_N, BLOCK_K)
+    elif ROUTE >= 2:  # ARITHMETIC, BLOCK_LOADED, BLOCK_TYPED: rows [pid ROWS, (pid + 1) ROWS)
         t = 0
         start = pid * ROWS
         if ROUTE >= 3:
@@ -107,6 +140,29 @@ def blocks_of(ptr, rows):
     return torch.stack([torch.searchsorted(ptr, starts, right=True) - 1, starts], 1).int()
 
 
+def aligned_starts(M, rows, tail, tail_rows):
+    """Arithmetic blocks: the head program count and every block's first row (the short tail's
+    blocks of ``tail_rows`` start at head_progs * rows)."""
+    head_progs = max(0, M - tail) // rows if tail else triton.cdiv(M, rows)
+    return head_progs, torch.cat([torch.arange(0, head_progs * rows, rows),
+                                  torch.arange(min(head_progs * rows, M), M, tail_rows)])
+
+
+def block_segments_of(ptr, rows, tail, tail_rows):
+    """BLOCK_SEGMENTS: head program count and [P] int32 type of each block's first row."""
+    head_progs, starts = aligned_starts(int(ptr[-1]), rows, tail, tail_rows)
+    return head_progs, (torch.searchsorted(ptr, starts, right=True) - 1).int()
+
+
+def block_split_of(ptr, rows, tail, tail_rows):
+    """BLOCK_SPLIT: [P + 1, 2] int32 (type, first row), the aligned blocks cut at every
+    non-empty segment's start; the last row is (0, M)."""
+    M = int(ptr[-1])
+    starts = torch.cat([aligned_starts(M, rows, tail, tail_rows)[1], ptr[:-1][ptr.diff() > 0]]).unique()
+    types = torch.searchsorted(ptr, starts, right=True) - 1
+    return torch.cat([torch.stack([types, starts], 1), torch.tensor([[0, M]])]).int()
+
+
 def heads_of(items, prog_ptr):
     """[P, 5] int32: each program's first item (type, start, end), its index and the item count."""
     first = prog_ptr[:-1].long()
@@ -118,7 +174,8 @@ def main():
     sizes = segment_sizes()
     ceil, num_sms = cfgmod.hardware(torch.device("cuda"))
     for ds, K, dtype in (("BGS", 32, torch.bfloat16), ("Freebase", 32, torch.bfloat16), ("BGS", 64, torch.bfloat16),
-                         ("BGS", 32, torch.float32), ("BGS", 64, torch.float32)):
+                         ("BGS", 32, torch.float32), ("BGS", 64, torch.float32), ("AM", 32, torch.bfloat16),
+                         ("MUTAG", 32, torch.bfloat16), ("AIFB", 64, torch.float32)):
         ptr = torch.tensor([0] + sizes[ds]).cumsum(0)
         M, T = int(ptr[-1]), len(sizes[ds])
         x = torch.randn(M, K, device="cuda").to(dtype)
@@ -132,20 +189,32 @@ def main():
         pick = cfgmod.model_config(ptr.diff(), K, K, dtype, torch.device("cuda"))
         want = None
         for cfg in {pick, cfgmod.SegmmConfig(64, K, K, 128, 4, 3), cfgmod.SegmmConfig(128, K, K, 256, 4, 3)}:
-            routing = cfgmod.build_routing(ptr, cfg.rows_per_prog, cfg.block_m, True,
-                                           cfgmod.tail_rows(M, cfg.rows_per_prog, num_sms))
+            tail = cfgmod.tail_rows(M, cfg.rows_per_prog, num_sms)
+            routing = cfgmod.build_routing(ptr, cfg.rows_per_prog, cfg.block_m, True, tail)
+            no_tail = cfgmod.build_routing(ptr, cfg.rows_per_prog, cfg.block_m, True)
             heads = heads_of(routing.items, routing.prog_ptr).cuda()
             blocks = blocks_of(ptr, cfg.rows_per_prog).cuda()
-            items, prog_ptr = routing.items.cuda(), routing.prog_ptr.cuda()
+            tail_prog_rows = cfgmod.tail_program_rows(cfg.rows_per_prog, cfg.block_m)
+            head_progs, block_types = block_segments_of(ptr, cfg.rows_per_prog, tail, tail_prog_rows)
+            ptr_dev, block_types = ptr.int().cuda(), block_types.cuda()
+            split = block_split_of(ptr, cfg.rows_per_prog, tail, tail_prog_rows).cuda()
             for route, dot, w_loop in VARIANTS:
-                grid = (triton.cdiv(M, cfg.rows_per_prog) if route >= ARITHMETIC else prog_ptr.numel() - 1,)
+                table = no_tail if route == TABLE_NO_TAIL else routing
+                items, prog_ptr = table.items.cuda(), table.prog_ptr.cuda()
+                kernel_route = TABLE if route == TABLE_NO_TAIL else route
+                grid = (triton.cdiv(M, cfg.rows_per_prog) if kernel_route >= ARITHMETIC else prog_ptr.numel() - 1,)
+                if route == BLOCK_SEGMENTS:
+                    grid = (block_types.numel(),)
+                if route == BLOCK_SPLIT:
+                    grid = (split.size(0) - 1,)
 
                 def call():
-                    fwd[grid](x, w, out, prog_ptr, items, heads, blocks, M, K, K, x.stride(0), w.stride(0), w.stride(1),
-                              w.stride(2), out.stride(0), route, dot, w_loop, cfg.rows_per_prog, cfg.block_m,
+                    fwd[grid](x, w, out, prog_ptr, items, heads, {BLOCK_SEGMENTS: block_types, BLOCK_SPLIT: split}.get(route, blocks),
+                              ptr_dev, head_progs, M, K, K, x.stride(0), w.stride(0), w.stride(1),
+                              w.stride(2), out.stride(0), kernel_route, dot, w_loop, cfg.rows_per_prog, tail_prog_rows, cfg.block_m,
                               cfg.block_n, cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
                 call()
-                if route < ARITHMETIC:
+                if kernel_route < ARITHMETIC or route in (BLOCK_SEGMENTS, BLOCK_SPLIT):
                     want = reference(x, ptr, w) if want is None else want
                     assert (out.double() - want).abs().max().item() < 0.05 * want.abs().max().item(), route
                 ms = do_bench(call, warmup=10, rep=200, return_mode="median")
