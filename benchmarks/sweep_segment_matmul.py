@@ -22,7 +22,6 @@ from pyg_fast.triton.segment_matmul_config import (MODEL, HARDWARE, ModelConstan
 
 GRID = {
     "program_overhead_us": (0.0, 0.5, 1.0),
-    "item_overhead_us": (0.0, 0.05, 0.15),
     "load_latency_us": (3.5, 6.0, 8.0, 10.0, 12.0),
     "max_rows_per_prog_per_byte": (64, 128, 256, 512),
     "drain_programs": (0.0, 0.5, 1.0, 2.0),

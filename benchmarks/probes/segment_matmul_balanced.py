@@ -3,6 +3,8 @@
 # type spans several programs), P = SMs x programs per SM x waves. Against the model's pick (whose
 # programs are items packed up to rows_per_prog): do fewer, equal programs close the gap to the
 # roofline where one 192 KB program fills an SM (BGS fp32 K = 128 at 79%)?
+# It calls the library's forward kernel of its time (programs reading prog_ptr -> items, replaced
+# by block tables in session 19): re-run it at commit 339ff9a.
 import torch
 import triton
 

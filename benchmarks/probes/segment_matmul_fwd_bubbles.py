@@ -12,6 +12,7 @@
 # Run: python benchmarks/probes/segment_matmul_fwd_bubbles.py (needs torch, triton and a GPU).
 import importlib.util
 import os
+import sys
 
 import torch
 import triton
@@ -21,6 +22,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 spec = importlib.util.spec_from_file_location("cfg", os.path.join(ROOT, "pyg_fast/triton/segment_matmul_config.py"))
 cfgmod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(cfgmod)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from packed_routing import packed_routing  # noqa: E402
 
 
 def segment_sizes():  # benchmarks.suites.segment_matmul's, whose module imports pyg_fast
@@ -134,20 +137,14 @@ def run_flat(x, w, ptr, block_m, block_n, stages, warps, tiles_per_prog):
 def tail_routing(ptr, cfg, tail_rows, tail_rows_per_prog):
     """The pick's routing for the rows before ``M - tail_rows``, programs of ``tail_rows_per_prog``
     rows after: the last programs launched are short, so the last wave ends evenly."""
-    M = int(ptr[-1])
-    cut = max(0, M - tail_rows)
-    head = cfgmod.build_routing(ptr.clamp(max=cut), cfg.rows_per_prog, cfg.block_m, True)
-    tail = cfgmod.build_routing(ptr.clamp(min=cut), tail_rows_per_prog, cfg.block_m, True)
-    items = torch.cat([head.items, tail.items])
-    prog_ptr = torch.cat([head.prog_ptr[:-1], tail.prog_ptr + head.items.size(0)])
-    return items, prog_ptr
+    return packed_routing(ptr, cfg.rows_per_prog, cfg.block_m, tail_rows, tail_rows_per_prog)
 
 
 def run(x, w, ptr, cfg, n_fastest, prefetch, evict="", pad=0, routing=None):
     M, K = x.shape
     N = w.size(2)
     if routing is None:
-        routing = cfgmod.build_routing(ptr, cfg.rows_per_prog, cfg.block_m, True)[:2]
+        routing = packed_routing(ptr, cfg.rows_per_prog, cfg.block_m)
     items, prog_ptr = (t.to(DEV) for t in routing)
     spacer = torch.empty(pad, dtype=torch.uint8, device=DEV) if pad else None  # moves out's address
     out = torch.empty(M, N, device=DEV)
@@ -188,7 +185,7 @@ def rows_sweep():
             call, out = run(x, w, ptr, pick._replace(rows_per_prog=rows), False, False)
             kernel = call()
             per_sm = min(8, 228 * 1024 // (kernel.metadata.shared + 1024), 65536 // (kernel.n_regs * 32 * pick.num_warps))
-            progs = cfgmod.build_routing(ptr, rows, pick.block_m, True).prog_ptr.numel() - 1
+            progs = packed_routing(ptr, rows, pick.block_m)[1].numel() - 1
             ms = triton.testing.do_bench(call, warmup=10, rep=100, return_mode="median")
             res.append(f"r{rows} progs {progs} waves {progs / (sms * per_sm):.2f} {ms:.4f} ({100 * floor / ms:.1f}%)")
         print(f"{ds} K={K} {pick}", *res, sep="\n  ", flush=True)

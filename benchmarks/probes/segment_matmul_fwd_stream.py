@@ -35,6 +35,7 @@ spec = importlib.util.spec_from_file_location("cfg", os.path.join(ROOT, "pyg_fas
 cfgmod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(cfgmod)
 sys.path.insert(0, HERE)
+from packed_routing import packed_routing  # noqa: E402
 from stream_ceiling import copy_tiles  # noqa: E402
 from segment_matmul_fwd_tma import reference, segment_sizes  # noqa: E402
 
@@ -190,9 +191,9 @@ def main():
         want = None
         for cfg in {pick, cfgmod.SegmmConfig(64, K, K, 128, 4, 3), cfgmod.SegmmConfig(128, K, K, 256, 4, 3)}:
             tail = cfgmod.tail_rows(M, cfg.rows_per_prog, num_sms)
-            routing = cfgmod.build_routing(ptr, cfg.rows_per_prog, cfg.block_m, True, tail)
-            no_tail = cfgmod.build_routing(ptr, cfg.rows_per_prog, cfg.block_m, True)
-            heads = heads_of(routing.items, routing.prog_ptr).cuda()
+            routing = packed_routing(ptr, cfg.rows_per_prog, cfg.block_m, tail)
+            no_tail = packed_routing(ptr, cfg.rows_per_prog, cfg.block_m)
+            heads = heads_of(*routing).cuda()
             blocks = blocks_of(ptr, cfg.rows_per_prog).cuda()
             tail_prog_rows = cfgmod.tail_program_rows(cfg.rows_per_prog, cfg.block_m)
             head_progs, block_types = block_segments_of(ptr, cfg.rows_per_prog, tail, tail_prog_rows)
@@ -200,7 +201,7 @@ def main():
             split = block_split_of(ptr, cfg.rows_per_prog, tail, tail_prog_rows).cuda()
             for route, dot, w_loop in VARIANTS:
                 table = no_tail if route == TABLE_NO_TAIL else routing
-                items, prog_ptr = table.items.cuda(), table.prog_ptr.cuda()
+                items, prog_ptr = (t.cuda() for t in table)
                 kernel_route = TABLE if route == TABLE_NO_TAIL else route
                 grid = (triton.cdiv(M, cfg.rows_per_prog) if kernel_route >= ARITHMETIC else prog_ptr.numel() - 1,)
                 if route == BLOCK_SEGMENTS:

@@ -21,6 +21,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from packed_routing import packed_routing  # noqa: E402
 from segment_matmul_fwd_bubbles import segment_sizes, weight_tile  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -65,8 +66,7 @@ def launcher(x, w, ptr, cfg, variant):
     N = w.size(2)
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count if DEV == "cuda" else 132
     short_tail = cfgmod.tail_rows(M, cfg.rows_per_prog, num_sms)
-    routing = cfgmod.build_routing(ptr, cfg.rows_per_prog, cfg.block_m, True, short_tail)
-    items, prog_ptr = routing.items.to(DEV), routing.prog_ptr.to(DEV)
+    items, prog_ptr = (t.to(DEV) for t in packed_routing(ptr, cfg.rows_per_prog, cfg.block_m, short_tail))
     out = torch.empty(M, N, dtype=x.dtype, device=DEV)
     x_desc = TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k])
     out_desc = TensorDescriptor.from_tensor(out, [cfg.block_m, cfg.block_n])

@@ -1,11 +1,11 @@
 """Triton kernels of the segmented matmul (the CUDA implementation of
 ``torch.ops.pyg_fast.segment_matmul`` and ``segment_matmul_weight_grad``).
 
-Forward: a routing table maps every program to a run of items (type, row start, row end); a
-program loops over its items in ``BLOCK_M``-row tiles and multiplies each tile by its type's
-weight with ``tl.dot`` (tensor cores: TF32 when ``torch.backends.cuda.matmul.allow_tf32``,
-bf16/fp16 natively, always fp32 accumulation), adding the bias in the epilogue. The input
-gradient is the same kernel with the transposed weights.
+Forward: a table of blocks gives every program its rows, all of one type (type, first row; the
+program ends where the next one starts); a program loops over its rows in ``BLOCK_M``-row tiles
+and multiplies each tile by its type's weight with ``tl.dot`` (tensor cores: TF32 when
+``torch.backends.cuda.matmul.allow_tf32``, bf16/fp16 natively, always fp32 accumulation), adding
+the bias in the epilogue. The input gradient is the same kernel with the transposed weights.
 
 Backward (FASTEN's 3-D parallelisation of the weight gradient): each segment's rows are split
 into items and a program computes one item's partial ``X_item^T G_item`` for one (K, N) tile;
@@ -34,8 +34,9 @@ from pyg_fast.triton.segment_matmul_config import (
     TUNER,
     Routing,
     SegmmConfig,
-    bwd_config,
+    build_blocks,
     build_routing,
+    bwd_config,
     hardware,
     size_stats,
     tail_rows,
@@ -47,7 +48,7 @@ _WIDEN_BF16 = os.getenv("TRITON_INTERPRET", "0") == "1"
 
 
 @triton.jit
-def _segmm_fwd_kernel(x_ptr, w_ptr, b_ptr, out_ptr, prog_ptr, items_ptr, K, N,
+def _segmm_fwd_kernel(x_ptr, w_ptr, b_ptr, out_ptr, blocks_ptr, K, N,
                       stride_xm, stride_wt, stride_wk, stride_wn, stride_om,
                       HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, WIDEN: tl.constexpr, WHOLE_K: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -55,46 +56,44 @@ def _segmm_fwd_kernel(x_ptr, w_ptr, b_ptr, out_ptr, prog_ptr, items_ptr, K, N,
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     mask_n = offs_n < N
-    first = tl.load(prog_ptr + pid)
-    last = tl.load(prog_ptr + pid + 1)
-    for it in range(first, last):
-        t = tl.load(items_ptr + 3 * it).to(tl.int64)
-        start = tl.load(items_ptr + 3 * it + 1)
-        end = tl.load(items_ptr + 3 * it + 2)
-        w_base = w_ptr + t * stride_wt
-        if WHOLE_K:  # K fits one tile: the weight tile is loaded once for all of the item's row tiles,
-            # and the row-tile loop is the innermost one, which Triton software-pipelines
-            w = tl.load(w_base + offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn,
-                        mask=(offs_k[:, None] < K) & mask_n[None, :], other=0.0)
+    # one load of three independent values before the weight and the first row tiles
+    t = tl.load(blocks_ptr + 2 * pid).to(tl.int64)
+    start = tl.load(blocks_ptr + 2 * pid + 1)
+    end = tl.load(blocks_ptr + 2 * pid + 3)
+    w_base = w_ptr + t * stride_wt
+    if WHOLE_K:  # K fits one tile: the weight tile is loaded once for all row tiles, and the
+        # row-tile loop is the innermost one, which Triton software-pipelines
+        w = tl.load(w_base + offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn,
+                    mask=(offs_k[:, None] < K) & mask_n[None, :], other=0.0)
+        if WIDEN:
+            w = w.to(tl.float32)
+    if HAS_BIAS:
+        bias = tl.load(b_ptr + t * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    for m0 in range(start, end, BLOCK_M):
+        offs_m = (m0 + tl.arange(0, BLOCK_M)).to(tl.int64)
+        mask_m = offs_m < end
+        acc = tl.full((BLOCK_M, BLOCK_N), 0.0, dtype=tl.float32)
+        if WHOLE_K:
+            a = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
+                        mask=mask_m[:, None] & (offs_k[None, :] < K), other=0.0)
             if WIDEN:
-                w = w.to(tl.float32)
-        if HAS_BIAS:
-            bias = tl.load(b_ptr + t * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-        for m0 in range(start, end, BLOCK_M):
-            offs_m = (m0 + tl.arange(0, BLOCK_M)).to(tl.int64)
-            mask_m = offs_m < end
-            acc = tl.full((BLOCK_M, BLOCK_N), 0.0, dtype=tl.float32)
-            if WHOLE_K:
-                a = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
-                            mask=mask_m[:, None] & (offs_k[None, :] < K), other=0.0)
+                a = a.to(tl.float32)
+            acc = tl.dot(a, w, acc, input_precision=PRECISION)
+        else:
+            for k0 in range(0, K, BLOCK_K):
+                kk = k0 + offs_k
+                a = tl.load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :],
+                            mask=mask_m[:, None] & (kk[None, :] < K), other=0.0)
+                b = tl.load(w_base + kk[:, None] * stride_wk + offs_n[None, :] * stride_wn,
+                            mask=(kk[:, None] < K) & mask_n[None, :], other=0.0)
                 if WIDEN:
                     a = a.to(tl.float32)
-                acc = tl.dot(a, w, acc, input_precision=PRECISION)
-            else:
-                for k0 in range(0, K, BLOCK_K):
-                    kk = k0 + offs_k
-                    a = tl.load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :],
-                                mask=mask_m[:, None] & (kk[None, :] < K), other=0.0)
-                    b = tl.load(w_base + kk[:, None] * stride_wk + offs_n[None, :] * stride_wn,
-                                mask=(kk[:, None] < K) & mask_n[None, :], other=0.0)
-                    if WIDEN:
-                        a = a.to(tl.float32)
-                        b = b.to(tl.float32)
-                    acc = tl.dot(a, b, acc, input_precision=PRECISION)
-            if HAS_BIAS:
-                acc += bias[None, :]
-            tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :],
-                     acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+                    b = b.to(tl.float32)
+                acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        if HAS_BIAS:
+            acc += bias[None, :]
+        tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :],
+                 acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
 
 @triton.jit
@@ -206,7 +205,7 @@ _MISSING = object()
 
 class SegmentPlan:
     """What the kernels derive from one ``ptr`` (the op layer caches it on the ptr tensor, per
-    device): segment sizes on the host, and per launch shape its configuration, routing
+    device): segment sizes on the host, and per launch shape its configuration, block or item
     tables on the device and grid. Holds no reference to ``ptr`` itself (the cache entry keyed
     on it would otherwise keep it alive)."""
 
@@ -220,17 +219,25 @@ class SegmentPlan:
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
         self._launches = {}
-        self._routings = {}
+        self._tables = {}
         self._device_counts = None
         self._counters = {}
 
-    def routing(self, rows_per_item: int, block_m: int, pack: bool) -> Routing:
-        key = (rows_per_item, block_m, pack)
-        if key not in self._routings:
-            short_tail = tail_rows(int(self.host_ptr[-1]), rows_per_item, hardware(self.device)[1]) if pack else 0
-            tables = build_routing(self.host_ptr, rows_per_item, block_m, pack, short_tail)
-            self._routings[key] = Routing(*(t.to(self.device) for t in tables[:3]), tables.max_items_per_type)
-        return self._routings[key]
+    def blocks(self, rows_per_prog: int, block_m: int) -> Tensor:
+        """The forward's block table (see :func:`build_blocks`) on the device."""
+        key = ("blocks", rows_per_prog, block_m)
+        if key not in self._tables:
+            short_tail = tail_rows(int(self.host_ptr[-1]), rows_per_prog, hardware(self.device)[1])
+            self._tables[key] = build_blocks(self.host_ptr, rows_per_prog, block_m, short_tail).to(self.device)
+        return self._tables[key]
+
+    def routing(self, rows_per_item: int) -> Routing:
+        """The backward's items (see :func:`build_routing`) on the device."""
+        key = ("items", rows_per_item)
+        if key not in self._tables:
+            items, type_items, max_items_per_type = build_routing(self.host_ptr, rows_per_item)
+            self._tables[key] = Routing(items.to(self.device), type_items.to(self.device), max_items_per_type)
+        return self._tables[key]
 
     def counters(self, size: int) -> Tensor:
         """At least ``size`` int32 arrival counters of the ordered weight-gradient reduction, zero
@@ -248,7 +255,7 @@ class SegmentPlan:
         return self._device_counts
 
     def launch(self, key: tuple, make):
-        """``make()``, memoised under ``key`` (configuration, routing and grid of one launch shape,
+        """``make()``, memoised under ``key`` (configuration, tables and grid of one launch shape,
         or a C++ program)."""
         hit = self._launches.get(key, _MISSING)
         if hit is _MISSING:
@@ -256,20 +263,27 @@ class SegmentPlan:
         return hit
 
 
-class _Launch(NamedTuple):
-    """One launch shape: its configuration, routing tables and grid."""
+class _FwdLaunch(NamedTuple):
+    """One forward launch shape: its configuration, block table and grid."""
+    cfg: SegmmConfig
+    blocks: Tensor
+    grid: tuple
+
+
+class _BwdLaunch(NamedTuple):
+    """One backward launch shape: its configuration, items and grid."""
     cfg: SegmmConfig
     routing: Routing
     grid: tuple
 
 
-def _fwd_launch(p: SegmentPlan, cfg: SegmmConfig, N: int) -> _Launch:
-    routing = p.routing(cfg.rows_per_prog, cfg.block_m, True)
-    return _Launch(cfg, routing, (routing.prog_ptr.numel() - 1, triton.cdiv(N, cfg.block_n), 1))
+def _fwd_launch(p: SegmentPlan, cfg: SegmmConfig, N: int) -> _FwdLaunch:
+    blocks = p.blocks(cfg.rows_per_prog, cfg.block_m)
+    return _FwdLaunch(cfg, blocks, (blocks.size(0) - 1, triton.cdiv(N, cfg.block_n), 1))
 
 
 def _forward_launch(p: SegmentPlan, x: Tensor, w: Tensor, bias: Optional[Tensor], out: Tensor, precision: str,
-                    config: Optional[SegmmConfig]) -> _Launch:
+                    config: Optional[SegmmConfig]) -> _FwdLaunch:
     K, N = w.size(1), w.size(2)
     if config is not None:
         return _fwd_launch(p, config, N)
@@ -282,15 +296,15 @@ def _forward_launch(p: SegmentPlan, x: Tensor, w: Tensor, bias: Optional[Tensor]
     return p.launch(("fwd", K, N, x.dtype, precision), make)
 
 
-def _fwd_call(x: Tensor, w: Tensor, bias: Optional[Tensor], out: Tensor, launch: _Launch,
+def _fwd_call(x: Tensor, w: Tensor, bias: Optional[Tensor], out: Tensor, launch: _FwdLaunch,
               precision: str) -> Optional[KernelCall]:
     """The forward kernel's launch, None where there is nothing to compute."""
-    cfg, routing, grid = launch
+    cfg, blocks, grid = launch
     K, N = w.size(1), w.size(2)
     if grid[0] == 0 or N == 0:
         return None
     widen = _WIDEN_BF16 and x.dtype == torch.bfloat16
-    return KernelCall(_fwd, grid, (x, w, bias if bias is not None else w, out, routing.prog_ptr, routing.items),
+    return KernelCall(_fwd, grid, (x, w, bias if bias is not None else w, out, blocks),
                       (K, N, x.stride(0), w.stride(0), w.stride(1), w.stride(2), out.stride(0), bias is not None,
                        precision, widen, K <= cfg.block_k, cfg.block_m, cfg.block_n, cfg.block_k),
                       cfg.num_warps, cfg.num_stages)
@@ -317,30 +331,30 @@ def forward(x: Tensor, p: SegmentPlan, w: Tensor, bias: Optional[Tensor] = None,
     return out
 
 
-def _bwd_launch(p: SegmentPlan, cfg: SegmmConfig, K: int, N: int) -> _Launch:
-    routing = p.routing(cfg.rows_per_prog, cfg.block_m, False)
-    return _Launch(cfg, routing, (routing.items.size(0), max(1, triton.cdiv(K, cfg.block_k)),
+def _bwd_launch(p: SegmentPlan, cfg: SegmmConfig, K: int, N: int) -> _BwdLaunch:
+    routing = p.routing(cfg.rows_per_prog)
+    return _BwdLaunch(cfg, routing, (routing.items.size(0), max(1, triton.cdiv(K, cfg.block_k)),
                                      triton.cdiv(N, cfg.block_n)))
 
 
 def _backward_launch(p: SegmentPlan, K: int, N: int, dtype: torch.dtype, input_grad: bool,
-                     config: Optional[SegmmConfig]) -> _Launch:
+                     config: Optional[SegmmConfig]) -> _BwdLaunch:
     if config is not None:
         return _bwd_launch(p, config, K, N)
     return p.launch(("bwd", K, N, dtype, input_grad),
                     lambda: _bwd_launch(p, _bwd_config(p, K, N, dtype, input_grad), K, N))
 
 
-def _fuses_input_grad(launch: _Launch, K: int) -> bool:
+def _fuses_input_grad(launch: _BwdLaunch, K: int) -> bool:
     """Whether the weight-gradient kernel also writes the input gradient (K and N in one tile)."""
     return K > 0 and launch.grid[1] == launch.grid[2] == 1
 
 
-def _is_atomic(launch: _Launch, deterministic: bool) -> bool:
+def _is_atomic(launch: _BwdLaunch, deterministic: bool) -> bool:
     return not deterministic and launch.routing.max_items_per_type > ATOMIC_MIN_ITEMS
 
 
-def _weight_grad_buffers(p: SegmentPlan, launch: _Launch, x: Tensor, rows: int, N: int,
+def _weight_grad_buffers(p: SegmentPlan, launch: _BwdLaunch, x: Tensor, rows: int, N: int,
                          atomic: bool) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
     """(the weight gradient's output, fp32 for atomics; the ordered reduction's fp32 partials and
     arrival counters, None where each type has one item or the sums are atomic)."""
@@ -355,7 +369,7 @@ def _weight_grad_buffers(p: SegmentPlan, launch: _Launch, x: Tensor, rows: int, 
 
 
 def _bwd_call(x: Tensor, w: Optional[Tensor], g: Tensor, grad_x: Optional[Tensor], grad_w: Tensor,
-              part: Optional[Tensor], counters: Optional[Tensor], launch: _Launch, bias_grad: bool,
+              part: Optional[Tensor], counters: Optional[Tensor], launch: _BwdLaunch, bias_grad: bool,
               atomic: bool) -> KernelCall:
     """The weight-gradient kernel's launch; with ``w`` and ``grad_x`` it writes the input gradient too."""
     cfg, routing, grid = launch

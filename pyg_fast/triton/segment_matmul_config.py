@@ -3,20 +3,22 @@ that picks a configuration at no cost, and an optional autotuner with a persiste
 
 Importing this module does not import Triton.
 
-Routing (FASTEN's tiling): each segment is split into *items* of at most ``rows_per_prog`` rows
-(large segments are split), and consecutive items are packed into *programs* of about
-``rows_per_prog`` padded rows each (many small segments share one program). A program loops
-over its items in ``block_m`` row tiles. In a long forward launch the last rows go to shorter
-programs, so that the SMs run out of work together (``TAIL_WAVES``).
+Forward programs: the rows are cut into blocks of ``rows_per_prog`` rows at multiples of
+``rows_per_prog`` and, besides, at every segment's start, so that each program multiplies rows of
+one type by one weight, and most programs start at a multiple of ``rows_per_prog`` (a row table
+of (type, first row) is all a program reads before its rows). In a long launch the last rows go
+to blocks a quarter as long, so that the SMs run out of work together (``TAIL_WAVES``).
+Backward (FASTEN's tiling): each segment is split into *items* of at most ``rows_per_item``
+rows, one program each, counted per type for the weight gradient's reduction.
 
 Performance model (FASTEN's waves x per-wave time): a launch runs in
 ``programs * n_tiles / (SMs * programs per SM)`` waves (at least one; not rounded up: the SMs
 take programs as they free up, so a last partial wave costs its share), and each wave takes as
-long as one program: the larger of its tensor-core time and its memory time, plus a fixed cost
-per program and per item. Rows padded up to ``block_m`` count as work, which is what makes small
-``block_m`` win for tiny segments (the utilisation factor). The launch ends with its last
+long as one program: the larger of its tensor-core time, its memory time and its load latency,
+plus a fixed cost per program. Rows padded up to ``block_m`` count as work, which is what makes
+small ``block_m`` win for tiny segments (the utilisation factor). The launch ends with its last
 programs, while other SMs run out of work: that drain costs about one program's time (a
-short-tail program's where the routing has them).
+short-tail program's where the launch has them).
 """
 import json
 import math
@@ -43,7 +45,6 @@ class ModelConstants(NamedTuple):
     """The performance model's fitted constants (``python -m benchmarks.sweep_segment_matmul``
     measures every candidate and fits them)."""
     program_overhead_us: float  # launch of a program, prologue and epilogue
-    item_overhead_us: float  # switching to another segment's weight inside a program
     load_latency_us: float  # a program's loads in flight complete every load_latency_us
     # the model picks programs of at most this many rows per byte of the element size (the
     # autotuner may pick longer ones): longer programs measured slower than modelled, fp32 ones
@@ -52,12 +53,9 @@ class ModelConstants(NamedTuple):
     drain_programs: float  # programs' time the launch's end costs (SMs out of work)
 
 
-# Fitted to benchmarks/results/segment_matmul_sweep_h100.jsonl (48 cases, routing with short tails): the
-# pick's measured time over the best candidate's is 1.035 in geometric mean (1.043 without the drain term,
-# whose fit picks 512-row programs for BGS and AM fp32 K = 128 where 1024-row ones are 2-4% faster).
-# Whole waves tied 32- and 64-row tiles at K = N = 128 in bf16 and picked the 8-11% slower 32-row ones.
-MODEL = ModelConstants(program_overhead_us=0.0, item_overhead_us=0.0, load_latency_us=6.0,
-                       max_rows_per_prog_per_byte=256, drain_programs=1.0)
+# Fitted to benchmarks/results/segment_matmul_sweep_h100.jsonl (48 cases): TO BE REFITTED for the block routing.
+MODEL = ModelConstants(program_overhead_us=0.0, load_latency_us=6.0, max_rows_per_prog_per_byte=256,
+                       drain_programs=1.0)
 
 BLOCK_MS = (16, 32, 64, 128)
 MAX_WHOLE_K = 128  # up to this K a row tile's product is one tl.dot and the weight tile stays loaded
@@ -146,29 +144,26 @@ def model_time_us(cfg: SegmmConfig, counts: Tensor, K: int, N: int, dtype: torch
                   num_sms: int, model: ModelConstants = MODEL) -> float:
     """Modelled run time of the forward kernel (or, with K and N swapped, of the input gradient)."""
     elt = torch.tensor([], dtype=dtype).element_size()
-    n = counts[counts > 0].double()
-    if n.numel() == 0:
+    num_rows = int(counts.sum())
+    if num_rows == 0:
         return 0.0
-    items = torch.ceil(n / cfg.rows_per_prog)
-    padded = (torch.ceil(n / cfg.block_m) * cfg.block_m).sum().item()
-    programs = max(1.0, math.ceil(padded / cfg.rows_per_prog))
+    programs, padded = block_shape(counts, cfg.rows_per_prog, cfg.block_m,
+                                   tail_rows(num_rows, cfg.rows_per_prog, num_sms))
     n_tiles = math.ceil(N / cfg.block_n)
     per_sm = max(1, 4 * 128 * 128 // (cfg.block_m * cfg.block_n * cfg.num_warps // 4))
     per_sm = max(1, min(per_sm, 8, ceil["smem_kb"] * 1024 // fwd_smem_bytes(cfg, elt)))
     waves = max(1.0, programs * n_tiles / (num_sms * per_sm))
     rows = padded / programs
-    items_per_prog = items.sum().item() / programs
     flops = 2.0 * rows * K * cfg.block_n
-    # bytes moved: the rows themselves (padding rows are masked off, not loaded), the weight per item
-    real_rows = n.sum().item() / programs
-    nbytes = elt * (real_rows * K + real_rows * cfg.block_n + items_per_prog * K * cfg.block_n)
+    # bytes moved: the rows themselves (padding rows are masked off, not loaded) and the weight tile
+    real_rows = num_rows / programs
+    nbytes = elt * (real_rows * K + real_rows * cfg.block_n + K * cfg.block_n)
     sm_rate_flops = _peak_tflops(ceil, dtype) * 1e6 / (num_sms * per_sm)  # flops per us per program
     sm_rate_bytes = ceil["gbps"] * 1e3 / (num_sms * per_sm)  # bytes per us per program
-    # latency: a program keeps num_stages - 1 row tiles in flight, and each item first waits for its weight
-    latency_us = (rows / cfg.block_m / max(1, cfg.num_stages - 1) + items_per_prog) * model.load_latency_us
-    wave_us = max(flops / sm_rate_flops, nbytes / sm_rate_bytes, latency_us) + model.program_overhead_us \
-        + model.item_overhead_us * items_per_prog
-    last_program = wave_us * short_tail_share(int(n.sum()), cfg.rows_per_prog, cfg.block_m, num_sms)
+    # latency: a program first waits for its weight, then keeps num_stages - 1 row tiles in flight
+    latency_us = (rows / cfg.block_m / max(1, cfg.num_stages - 1) + 1) * model.load_latency_us
+    wave_us = max(flops / sm_rate_flops, nbytes / sm_rate_bytes, latency_us) + model.program_overhead_us
+    last_program = wave_us * short_tail_share(num_rows, cfg.rows_per_prog, cfg.block_m, num_sms)
     return waves * wave_us + model.drain_programs * last_program
 
 
@@ -229,18 +224,8 @@ ATOMIC_MIN_ITEMS = 64
 
 
 # ---------------------------------------------------------------------------------------------
-# Routing tables
-class Routing(NamedTuple):
-    """``items`` [I, 3] int32 rows (type, row start, row end); ``prog_ptr`` [P + 1] int32 points
-    into ``items`` per program; ``type_items`` [T + 1] int32 points into ``items`` per type;
-    ``max_items_per_type`` is a host int."""
-    items: Tensor
-    prog_ptr: Tensor
-    type_items: Tensor
-    max_items_per_type: int
-
-
-# A forward launch's last rows go to programs a quarter as long (at least one row tile): the SMs
+# Forward blocks and backward items
+# A forward launch's last rows go to blocks a quarter as long (at least one row tile): the SMs
 # then run out of work together instead of waiting for the last full-length programs. The tail
 # holds TAIL_WAVES waves of full-length programs, one per SM. Measured on the H100
 # (benchmarks/results/probe_segment_matmul_fwd_tails_h100.log, fp32): BGS K = 128 0.453 ->
@@ -263,35 +248,67 @@ def tail_program_rows(rows_per_prog: int, block_m: int) -> int:
 
 def short_tail_share(num_rows: int, rows_per_prog: int, block_m: int, num_sms: int) -> float:
     """Length of a forward launch's last programs over ``rows_per_prog``: below one where the
-    routing gives the launch a short tail."""
+    launch has a short tail."""
     if not tail_rows(num_rows, rows_per_prog, num_sms):
         return 1.0
     return min(1.0, tail_program_rows(rows_per_prog, block_m) / rows_per_prog)
 
 
-def build_routing(ptr_cpu: Tensor, rows_per_item: int, block_m: int, pack: bool, short_tail: int = 0) -> Routing:
-    """Splits every segment into items of at most ``rows_per_item`` rows; ``pack`` groups
-    consecutive items into programs of about ``rows_per_item`` padded rows (the forward). Else
-    each item is a program and an empty segment has one empty item (the backward, which writes
-    every type's weight gradient). With ``pack``, the last ``short_tail`` rows go to programs of
-    a TAIL_SHRINK-th of that (see :func:`tail_rows`). Vectorised: no Python loop over segments
-    or items."""
-    short_rows = tail_program_rows(rows_per_item, block_m)
-    if pack and short_tail > 0 and short_rows < rows_per_item:
-        # Both parts keep every type (the other part's segments clamped empty), so items stay in
-        # type order and the per-type item counts add up.
-        cut = max(0, int(ptr_cpu[-1]) - short_tail)
-        head = build_routing(ptr_cpu.clamp(max=cut), rows_per_item, block_m, True)
-        tail = build_routing(ptr_cpu.clamp(min=cut), short_rows, block_m, True)
-        type_items = head.type_items + tail.type_items
-        return Routing(torch.cat([head.items, tail.items]),
-                       torch.cat([head.prog_ptr[:-1], tail.prog_ptr + head.items.size(0)]), type_items,
-                       int(type_items.diff().max()) if type_items.numel() > 1 else 0)
+def _block_regions(num_rows: int, rows_per_prog: int, block_m: int, short_tail: int) -> List[Tuple[int, int, int]]:
+    """(first row, end, block length) of the forward's two regions: blocks of ``rows_per_prog``
+    from row 0, then the short tail's blocks from the last multiple of ``rows_per_prog`` that
+    leaves at least ``short_tail`` rows."""
+    cut = max(0, num_rows - short_tail) // rows_per_prog * rows_per_prog if short_tail > 0 else num_rows
+    return [(0, cut, rows_per_prog), (cut, num_rows, tail_program_rows(rows_per_prog, block_m))]
+
+
+def build_blocks(ptr_cpu: Tensor, rows_per_prog: int, block_m: int, short_tail: int = 0) -> Tensor:
+    """The forward's programs: [P + 1, 2] int32 rows (type, first row), then (0, M). Program p
+    multiplies rows ``[blocks[p, 1], blocks[p + 1, 1])`` by weight ``blocks[p, 0]``. The rows are
+    cut at the multiples of the block length of their region (see :func:`_block_regions`) and at
+    every non-empty segment's start."""
+    num_rows = int(ptr_cpu[-1])
+    aligned = [torch.arange(lo, hi, length) for lo, hi, length in _block_regions(num_rows, rows_per_prog, block_m,
+                                                                                 short_tail)]
+    starts = torch.cat([*aligned, ptr_cpu[:-1][ptr_cpu.diff() > 0]]).unique()
+    types = torch.searchsorted(ptr_cpu, starts, right=True) - 1  # the last type starting there: the non-empty one
+    return torch.cat([torch.stack([types, starts], 1), torch.tensor([[0, num_rows]])]).to(torch.int32)
+
+
+def block_shape(counts: Tensor, rows_per_prog: int, block_m: int, short_tail: int) -> Tuple[int, int]:
+    """(programs, rows padded to whole ``block_m`` tiles) of :func:`build_blocks`, in time linear
+    in the number of segments (the model evaluates every candidate); exact where the block
+    lengths are multiples of ``block_m``, as the candidates' are."""
+    ends = counts.cumsum(0)
+    programs = tiles = 0
+    for lo, hi, length in _block_regions(int(ends[-1]), rows_per_prog, block_m, short_tail):
+        start, end = (ends - counts).clamp(lo, hi), ends.clamp(lo, hi)
+        start, end = start[end > start], end[end > start]
+        aligned = start + torch.remainder(lo - start, length)  # the first block start at or after the segment's
+        first = torch.minimum(end, aligned) - start  # rows before it: a block of their own
+        rest = (end - aligned).clamp(min=0)  # the rest in blocks at multiples of length, the last one partial
+        programs += int((first > 0).sum()) + int(torch.div(rest + length - 1, length, rounding_mode="floor").sum())
+        tiles += int(torch.div(first + block_m - 1, block_m, rounding_mode="floor").sum()
+                     + torch.div(rest + block_m - 1, block_m, rounding_mode="floor").sum())
+    return programs, tiles * block_m
+
+
+class Routing(NamedTuple):
+    """The backward's items, one program each: ``items`` [I, 3] int32 rows (type, row start, row
+    end); ``type_items`` [T + 1] int32 points into ``items`` per type; ``max_items_per_type`` is a
+    host int."""
+    items: Tensor
+    type_items: Tensor
+    max_items_per_type: int
+
+
+def build_routing(ptr_cpu: Tensor, rows_per_item: int) -> Routing:
+    """Splits every segment into items of at most ``rows_per_item`` rows; an empty segment has one
+    empty item (the backward writes every type's weight gradient). Vectorised: no Python loop
+    over segments or items."""
     counts = ptr_cpu.diff()
     T = counts.numel()
-    chunks = torch.div(counts + rows_per_item - 1, rows_per_item, rounding_mode="floor")
-    if not pack:
-        chunks = chunks.clamp(min=1)
+    chunks = torch.div(counts + rows_per_item - 1, rows_per_item, rounding_mode="floor").clamp(min=1)
     item_type = torch.repeat_interleave(torch.arange(T), chunks)
     first_item = torch.cumsum(chunks, 0) - chunks
     within = torch.arange(item_type.numel()) - first_item[item_type]
@@ -299,13 +316,7 @@ def build_routing(ptr_cpu: Tensor, rows_per_item: int, block_m: int, pack: bool,
     end = torch.minimum(start + rows_per_item, ptr_cpu[1:][item_type])
     items = torch.stack([item_type, start, end], 1).to(torch.int32)
     type_items = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(chunks, 0)]).to(torch.int32)
-    if pack and items.size(0) > 0:
-        cost = torch.div(end - start + block_m - 1, block_m, rounding_mode="floor") * block_m
-        prog = torch.div(torch.cumsum(cost, 0) - cost, rows_per_item, rounding_mode="floor")
-        prog_ptr = torch.searchsorted(prog, torch.arange(int(prog[-1]) + 2))
-    else:
-        prog_ptr = torch.arange(items.size(0) + 1)
-    return Routing(items.contiguous(), prog_ptr.to(torch.int32), type_items, int(chunks.max()) if T else 0)
+    return Routing(items.contiguous(), type_items, int(chunks.max()) if T else 0)
 
 
 # ---------------------------------------------------------------------------------------------

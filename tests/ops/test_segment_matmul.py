@@ -434,57 +434,78 @@ def test_triton_forward_any_config(kernels, cfg):
     assert_close(kernels.forward(x, plan, w, b, cfg), reference(x, ptr, w, b), torch.float32)
 
 
-def test_routing_covers_every_row_once_and_packs_small_segments():
+def test_routing_covers_every_row_once():
+    """The backward's items: at most rows_per_item rows of one type each, one empty item per
+    empty segment (every type's weight gradient is written), counted per type."""
     sizes = [0, 3, 1000, 2, 2, 0, 5, 64]
     ptr = ptr_of(sizes)
-    # packed (forward): no item for an empty segment; unpacked (backward): one empty item each
-    for pack, type_items in ((True, [0, 0, 1, 9, 10, 11, 11, 12, 13]), (False, [0, 1, 2, 10, 11, 12, 13, 14, 15])):
-        r = config.build_routing(ptr, rows_per_item=128, block_m=16, pack=pack)
-        covered = torch.zeros(sum(sizes), dtype=torch.long)
-        for t, lo, hi in r.items.tolist():
-            assert ptr[t] <= lo <= hi <= ptr[t + 1] and hi - lo <= 128 and (lo < hi or sizes[t] == 0)
-            covered[lo:hi] += 1
-        assert torch.equal(covered, torch.ones_like(covered))
-        assert r.prog_ptr[0] == 0 and r.prog_ptr[-1] == r.items.size(0)
-        assert r.type_items.tolist() == type_items
-        assert r.max_items_per_type == 8
-    packed = config.build_routing(ptr, 128, 16, True)
-    # the 8 chunks of the big segment stay apart; the five small segments after it share programs
-    assert packed.prog_ptr.numel() - 1 < packed.items.size(0)
-
-
-def test_short_tail_programs_cover_every_row_once():
-    """The forward's last rows go to programs of a quarter of the length: the items still cover
-    every row once, in type order, and the per-type counts agree with the items."""
-    sizes = [700, 0, 130, 2000, 5, 0, 900]
-    ptr = ptr_of(sizes)
-    r = config.build_routing(ptr, rows_per_item=256, block_m=16, pack=True, short_tail=1200)
+    r = config.build_routing(ptr, rows_per_item=128)
     covered = torch.zeros(sum(sizes), dtype=torch.long)
     for t, lo, hi in r.items.tolist():
-        assert ptr[t] <= lo < hi <= ptr[t + 1]
-        assert hi - lo <= (64 if hi > sum(sizes) - 1200 else 256)
+        assert ptr[t] <= lo <= hi <= ptr[t + 1] and hi - lo <= 128 and (lo < hi or sizes[t] == 0)
         covered[lo:hi] += 1
     assert torch.equal(covered, torch.ones_like(covered))
-    types = r.items[:, 0]
-    assert torch.equal(types, types.sort().values)
-    assert r.type_items.tolist() == [0] + torch.bincount(types, minlength=len(sizes)).cumsum(0).tolist()
-    assert r.max_items_per_type == int(r.type_items.diff().max())
-    assert r.prog_ptr[0] == 0 and r.prog_ptr[-1] == r.items.size(0) and bool((r.prog_ptr.diff() > 0).all())
-    rows = [sum(hi - lo for _, lo, hi in r.items[a:b].tolist()) for a, b in zip(r.prog_ptr[:-1], r.prog_ptr[1:])]
-    assert max(rows[-5:]) <= 2 * 64 and max(rows) > 2 * 64  # the last programs are the short ones
+    assert r.type_items.tolist() == [0, 1, 2, 10, 11, 12, 13, 14, 15]
+    assert r.max_items_per_type == 8
+
+
+def block_rows(blocks):
+    """(type, first row, end) of every forward program of a block table."""
+    return list(zip(blocks[:-1, 0].tolist(), blocks[:-1, 1].tolist(), blocks[1:, 1].tolist()))
+
+
+@pytest.mark.parametrize("short_tail", [0, 1200])
+def test_blocks_cover_every_row_once_with_one_type_each(short_tail):
+    """Forward programs: every row once, each program's rows inside its type's segment, cut at
+    the multiples of 256 rows (of 64 in the short tail) and at segment starts only."""
+    sizes = [700, 0, 130, 2000, 5, 0, 0, 900, 1]
+    ptr = ptr_of(sizes)
+    M = sum(sizes)
+    blocks = config.build_blocks(ptr, rows_per_prog=256, block_m=16, short_tail=short_tail)
+    assert blocks.dtype == torch.int32 and blocks[-1].tolist() == [0, M]
+    cut = (M - short_tail) // 256 * 256 if short_tail else M
+    covered = torch.zeros(M, dtype=torch.long)
+    for t, lo, hi in block_rows(blocks):
+        assert ptr[t] <= lo < hi <= ptr[t + 1]
+        length = 256 if lo < cut else 64
+        assert lo == ptr[t] or (lo - (0 if lo < cut else cut)) % length == 0
+        assert hi - lo <= length
+        covered[lo:hi] += 1
+    assert torch.equal(covered, torch.ones_like(covered))
+    lengths = [hi - lo for _, lo, hi in block_rows(blocks)]
+    if short_tail:
+        assert cut <= M - short_tail and max(lengths[-5:]) <= 64 and max(lengths) == 256
+    else:
+        assert max(lengths[-5:]) == 256
     assert config.tail_rows(10 ** 6, 512, 132) == 0.5 * 132 * 512  # a long launch gets a tail...
     assert config.tail_rows(50000, 512, 132) == 0  # ...a launch of a few waves none
 
 
+def test_block_shape_counts_the_blocks():
+    """The model's program and padded-row counts (linear in the segments) equal those of the
+    block table, for the candidates' block lengths."""
+    gen = torch.Generator().manual_seed(0)
+    choices = torch.tensor([0, 0, 1, 3, 17, 64, 100, 257, 1000, 5000])
+    for _ in range(50):
+        counts = choices[torch.randint(0, choices.numel(), (int(torch.randint(1, 30, (1,), generator=gen)),),
+                                       generator=gen)]
+        if counts.sum() == 0:
+            continue
+        for block_m, factor, short_tail in ((16, 1, 0), (32, 4, 1000), (64, 16, 4000), (128, 2, 100)):
+            blocks = config.build_blocks(ptr_of(counts.tolist()), block_m * factor, block_m, short_tail)
+            lengths = blocks[1:, 1].long() - blocks[:-1, 1].long()
+            padded = int(((lengths + block_m - 1) // block_m * block_m).sum())
+            assert config.block_shape(counts, block_m * factor, block_m, short_tail) == (lengths.numel(), padded)
+
+
 @pytest.mark.parametrize("num_rows", [5_120, 200_000])
-def test_model_drain_is_the_routings_last_program(num_rows):
-    """The model's drain term lasts as long as the routing's last program: a short-tail one in a
+def test_model_drain_is_the_last_blocks_length(num_rows):
+    """The model's drain term lasts as long as the launch's last program: a short-tail one in a
     long launch, a full-length one in a launch of a few waves."""
     rows_per_prog, block_m, num_sms = 256, 32, 16
     ptr = ptr_of([num_rows // 2, 0, num_rows - num_rows // 2])
-    routing = config.build_routing(ptr, rows_per_prog, block_m, True, config.tail_rows(num_rows, rows_per_prog, num_sms))
-    last = routing.items[routing.prog_ptr[-2]:routing.prog_ptr[-1]]
-    last_rows = int((last[:, 2] - last[:, 1]).sum())
+    blocks = config.build_blocks(ptr, rows_per_prog, block_m, config.tail_rows(num_rows, rows_per_prog, num_sms))
+    last_rows = int(blocks[-1, 1] - blocks[-2, 1])
     share = config.short_tail_share(num_rows, rows_per_prog, block_m, num_sms)
     assert share == last_rows / rows_per_prog
     assert (share < 1) == (num_rows == 200_000)
@@ -580,7 +601,7 @@ def test_triton_kernels_compile_for_sm90(dtype, precision, tensor_cores):
     blocks = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)
     ints = lambda *names: {n: "i32" for n in names}  # noqa: E731
     fwd_sig = {"x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "b_ptr": f"*{dtype}", "out_ptr": f"*{dtype}",
-               "prog_ptr": "*i32", "items_ptr": "*i32",
+               "blocks_ptr": "*i32",
                **ints("K", "N", "stride_xm", "stride_wt", "stride_wk", "stride_wn", "stride_om")}
     for whole_k in (True, False):
         fwd_consts = dict(HAS_BIAS=True, PRECISION=precision, WIDEN=False, WHOLE_K=whole_k, **blocks)
