@@ -1,7 +1,7 @@
 # Forward segment_matmul at small K against a plain streaming copy of the same rows: which part
 # of the kernel costs the gap (BGS K = 32 bf16: 0.053 ms against 0.048 for a Triton tile copy,
 # `stream_ceiling.py`)? Variants of the library's forward loop, each alone:
-#   routed / arithmetic: rows from the routing table (prog_ptr -> items -> rows, a chain of
+#   routed / arithmetic: rows from the session-18 routing table (prog_ptr -> items -> rows, a chain of
 #       dependent loads before the first row tile), or program p takes rows [p R, (p + 1) R)
 #       with weight 0 (no table; a timing variant only, its output is not a segment_matmul);
 #   dot / pass: the row tile times the weight, or the row tile itself stored (K = N);
@@ -128,7 +128,7 @@ def fwd(x_ptr, w_ptr, out_ptr, prog_ptr, items_ptr, heads_ptr, blocks_ptr, ptr_p
             _item(x_ptr, w_ptr, out_ptr, tl.load(items_ptr + 3 * it).to(tl.int64), tl.load(items_ptr + 3 * it + 1),
                   tl.load(items_ptr + 3 * it + 2), K, N, stride_xm, stride_wt, stride_om, w_offs, w_mask,
                   DOT, W_LOOP, BLOCK_M, BLOCK_N, BLOCK_K)
-    else:  # TABLE, as the library: prog_ptr -> items
+    else:  # TABLE, the library's up to session 18: prog_ptr -> items
         for it in range(tl.load(prog_ptr + pid), tl.load(prog_ptr + pid + 1)):
             _item(x_ptr, w_ptr, out_ptr, tl.load(items_ptr + 3 * it).to(tl.int64), tl.load(items_ptr + 3 * it + 1),
                   tl.load(items_ptr + 3 * it + 2), K, N, stride_xm, stride_wt, stride_om, w_offs, w_mask,
