@@ -21,6 +21,7 @@
 #       (type, start) rows (one load before everything; the program ends where the next starts).
 # Needs no pyg_fast build. Run: python benchmarks/probes/segment_matmul_fwd_stream.py (GPU).
 import importlib.util
+import itertools
 import os
 import sys
 
@@ -224,5 +225,35 @@ def main():
         print(f"{ds} K={K} {str(dtype)[6:]} floor {floor:.4f}", *res, sep="\n  ", flush=True)
 
 
+def fp32_tiles():
+    """The library's kernel (block_split) at fp32 K = 128 with 32- and 64-row tiles, 4 and 8 warps:
+    the model picks 64-row 8-warp tiles for BGS and AM, the sweep measures 32-row ones faster."""
+    torch.backends.cuda.matmul.allow_tf32 = True
+    sizes = segment_sizes()
+    ceil, num_sms = cfgmod.hardware(torch.device("cuda"))
+    for ds in ("BGS", "AM"):
+        ptr = torch.tensor([0] + sizes[ds]).cumsum(0)
+        M, T, K = int(ptr[-1]), len(sizes[ds]), 128
+        x = torch.randn(M, K, device="cuda")
+        w = torch.randn(T, K, K, device="cuda") / K ** 0.5
+        out = torch.empty_like(x)
+        floor = 4 * (2 * M * K + T * K * K) / (ceil["gbps"] * 1e9) * 1e3
+        res = []
+        for block_m, warps, stages, rows in itertools.product((32, 64), (4, 8), (2, 3), (256, 512, 1024)):
+            cfg = cfgmod.SegmmConfig(block_m, K, K, rows, warps, stages)
+            if cfgmod.fwd_smem_bytes(cfg, 4) > ceil["smem_kb"] * 1024:
+                continue
+            tail = cfgmod.tail_rows(M, rows, num_sms)
+            split = block_split_of(ptr, rows, tail, cfgmod.tail_program_rows(rows, block_m)).cuda()
+
+            def call():
+                fwd[(split.size(0) - 1,)](x, w, out, None, None, None, split, None, 0, M, K, K, x.stride(0), w.stride(0),
+                                          w.stride(1), w.stride(2), out.stride(0), BLOCK_SPLIT, True, False, rows, 0,
+                                          block_m, K, K, num_warps=warps, num_stages=stages)
+            ms = do_bench(call, warmup=10, rep=100, return_mode="median")
+            res.append(f"{tuple(cfg)} {ms:.4f} ({100 * floor / ms:.1f}%)")
+        print(f"{ds} K=128 fp32 floor {floor:.4f}", *res, sep="\n  ", flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    fp32_tiles() if sys.argv[1:] == ["fp32_tiles"] else main()
