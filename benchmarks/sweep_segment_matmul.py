@@ -21,8 +21,8 @@ from pyg_fast.triton.segment_matmul_config import (MODEL, HARDWARE, ModelConstan
                                                    model_time_us, modelled_candidates)
 
 GRID = {
-    "program_overhead_us": (0.0, 0.5, 1.0),
-    "load_latency_us": (3.5, 6.0, 8.0, 10.0, 12.0),
+    "start_us_per_kb": (0.0, 0.05, 0.1, 0.2, 0.5),
+    "load_latency_us": (2.0, 3.0, 4.0, 6.0, 8.0),
     "max_rows_per_prog_per_byte": (64, 128, 256, 512),
     "drain_programs": (0.0, 0.5, 1.0, 2.0),
 }

@@ -15,10 +15,10 @@ Performance model (FASTEN's waves x per-wave time): a launch runs in
 ``programs * n_tiles / (SMs * programs per SM)`` waves (at least one; not rounded up: the SMs
 take programs as they free up, so a last partial wave costs its share), and each wave takes as
 long as one program: the larger of its tensor-core time, its memory time and its load latency,
-plus a fixed cost per program. Rows padded up to ``block_m`` count as work, which is what makes
-small ``block_m`` win for tiny segments (the utilisation factor). The launch ends with its last
-programs, while other SMs run out of work: that drain costs about one program's time (a
-short-tail program's where the launch has them).
+plus its start, which grows with its row tile. Rows padded up to ``block_m`` count as work, which
+is what makes small ``block_m`` win for tiny segments (the utilisation factor). The launch ends
+with its last programs, while other SMs run out of work: that drain costs about one program's
+time (a short-tail program's where the launch has them).
 """
 import json
 import math
@@ -44,7 +44,10 @@ HARDWARE = {
 class ModelConstants(NamedTuple):
     """The performance model's fitted constants (``python -m benchmarks.sweep_segment_matmul``
     measures every candidate and fits them)."""
-    program_overhead_us: float  # launch of a program, prologue and epilogue
+    # a program's start, per KB of its row tile: the first tiles and the weight arrive before the
+    # first product (measured: 3-5 us per 32 KB fp32 tile, under 1 us per 16 KB one;
+    # results/probe_segment_matmul_fwd_fp32_tiles_h100.log)
+    start_us_per_kb: float
     load_latency_us: float  # a program's loads in flight complete every load_latency_us
     # the model picks programs of at most this many rows per byte of the element size (the
     # autotuner may pick longer ones): longer programs measured slower than modelled, fp32 ones
@@ -54,10 +57,10 @@ class ModelConstants(NamedTuple):
 
 
 # Fitted to benchmarks/results/segment_matmul_sweep_h100.jsonl (48 cases, block tables): the pick's measured
-# time over the best candidate's is 1.050 in geometric mean, at worst 1.21 (IMDB K = 128 fp32). The drain
-# term fits to zero here; with 256 rows per byte BGS / AM fp32 K = 128 would get their best 1024-row
-# programs but AIFB and MUTAG K = 128 fp32 1.29-1.34x picks (geomean 1.058).
-MODEL = ModelConstants(program_overhead_us=0.0, load_latency_us=6.0, max_rows_per_prog_per_byte=128,
+# time over the best candidate's is 1.047 in geometric mean, at worst 1.17 (DBLP K = 64 fp32); 3.1% of the
+# summed best time is lost. Without the start cost: 1.050, 4.6% lost, and BGS / AM fp32 K = 128 got 64-row
+# tiles 6-9% slower than the 32-row ones. The drain term fits to zero here.
+MODEL = ModelConstants(start_us_per_kb=0.1, load_latency_us=3.0, max_rows_per_prog_per_byte=128,
                        drain_programs=0.0)
 
 BLOCK_MS = (16, 32, 64, 128)
@@ -165,7 +168,8 @@ def model_time_us(cfg: SegmmConfig, counts: Tensor, K: int, N: int, dtype: torch
     sm_rate_bytes = ceil["gbps"] * 1e3 / (num_sms * per_sm)  # bytes per us per program
     # latency: a program first waits for its weight, then keeps num_stages - 1 row tiles in flight
     latency_us = (rows / cfg.block_m / max(1, cfg.num_stages - 1) + 1) * model.load_latency_us
-    wave_us = max(flops / sm_rate_flops, nbytes / sm_rate_bytes, latency_us) + model.program_overhead_us
+    start_us = model.start_us_per_kb * cfg.block_m * K * elt / 1024
+    wave_us = max(flops / sm_rate_flops, nbytes / sm_rate_bytes, latency_us) + start_us
     last_program = wave_us * short_tail_share(num_rows, cfg.rows_per_prog, cfg.block_m, num_sms)
     return waves * wave_us + model.drain_programs * last_program
 
