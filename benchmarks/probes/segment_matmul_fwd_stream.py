@@ -204,17 +204,15 @@ def main():
                 table = no_tail if route == TABLE_NO_TAIL else routing
                 items, prog_ptr = (t.cuda() for t in table)
                 kernel_route = TABLE if route == TABLE_NO_TAIL else route
-                grid = (triton.cdiv(M, cfg.rows_per_prog) if kernel_route >= ARITHMETIC else prog_ptr.numel() - 1,)
-                if route == BLOCK_SEGMENTS:
-                    grid = (block_types.numel(),)
-                if route == BLOCK_SPLIT:
-                    grid = (split.size(0) - 1,)
+                block_table = {BLOCK_SEGMENTS: block_types, BLOCK_SPLIT: split}.get(route, blocks)
+                grid = ({BLOCK_SEGMENTS: block_types.numel(), BLOCK_SPLIT: split.size(0) - 1}.get(route)
+                        or (triton.cdiv(M, cfg.rows_per_prog) if kernel_route >= ARITHMETIC else prog_ptr.numel() - 1),)
 
                 def call():
-                    fwd[grid](x, w, out, prog_ptr, items, heads, {BLOCK_SEGMENTS: block_types, BLOCK_SPLIT: split}.get(route, blocks),
-                              ptr_dev, head_progs, M, K, K, x.stride(0), w.stride(0), w.stride(1),
-                              w.stride(2), out.stride(0), kernel_route, dot, w_loop, cfg.rows_per_prog, tail_prog_rows, cfg.block_m,
-                              cfg.block_n, cfg.block_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                    fwd[grid](x, w, out, prog_ptr, items, heads, block_table, ptr_dev, head_progs, M, K, K,
+                              x.stride(0), w.stride(0), w.stride(1), w.stride(2), out.stride(0), kernel_route, dot,
+                              w_loop, cfg.rows_per_prog, tail_prog_rows, cfg.block_m, cfg.block_n, cfg.block_k,
+                              num_warps=cfg.num_warps, num_stages=cfg.num_stages)
                 call()
                 if kernel_route < ARITHMETIC or route in (BLOCK_SEGMENTS, BLOCK_SPLIT):
                     want = reference(x, ptr, w) if want is None else want
@@ -247,9 +245,9 @@ def fp32_tiles():
             split = block_split_of(ptr, rows, tail, cfgmod.tail_program_rows(rows, block_m)).cuda()
 
             def call():
-                fwd[(split.size(0) - 1,)](x, w, out, None, None, None, split, None, 0, M, K, K, x.stride(0), w.stride(0),
-                                          w.stride(1), w.stride(2), out.stride(0), BLOCK_SPLIT, True, False, rows, 0,
-                                          block_m, K, K, num_warps=warps, num_stages=stages)
+                fwd[(split.size(0) - 1,)](x, w, out, None, None, None, split, None, 0, M, K, K, x.stride(0),
+                                          w.stride(0), w.stride(1), w.stride(2), out.stride(0), BLOCK_SPLIT, True,
+                                          False, rows, 0, block_m, K, K, num_warps=warps, num_stages=stages)
             ms = do_bench(call, warmup=10, rep=100, return_mode="median")
             res.append(f"{tuple(cfg)} {ms:.4f} ({100 * floor / ms:.1f}%)")
         print(f"{ds} K=128 fp32 floor {floor:.4f}", *res, sep="\n  ", flush=True)

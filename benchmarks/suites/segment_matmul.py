@@ -102,7 +102,7 @@ def run_cases(rec, device, quick):
                 rate = peak["tflops_16"] if dtype == torch.bfloat16 else peak["tflops_tf32"]
                 xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
                 fns = methods(ptr_cpu, device)
-                copy_ms = time_ms(functools.partial(torch.empty_like(grad).copy_, x), *budget_for(quick), device=device)
+                copy_ms = time_ms(functools.partial(torch.empty_like(x).copy_, x), *budget_for(quick), device=device)
                 for suite, work, calls, want, copy in (
                         ("segment_matmul_fwd", 1, {name: functools.partial(fn, x, w) for name, fn in fns.items()}, ref,
                          copy_ms),

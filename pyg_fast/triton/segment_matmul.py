@@ -56,7 +56,7 @@ def _segmm_fwd_kernel(x_ptr, w_ptr, b_ptr, out_ptr, blocks_ptr, K, N,
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     mask_n = offs_n < N
-    # one load of three independent values before the weight and the first row tiles
+    # three independent loads, all the program reads before its weight and first row tiles
     t = tl.load(blocks_ptr + 2 * pid).to(tl.int64)
     start = tl.load(blocks_ptr + 2 * pid + 1)
     end = tl.load(blocks_ptr + 2 * pid + 3)
