@@ -31,6 +31,7 @@ def with_cuda() -> bool:
 def extension():
     sources = sorted(glob.glob(os.path.join(CSRC, "ops", "*.cpp")))
     sources += sorted(glob.glob(os.path.join(CSRC, "cpu", "*.cpp")))
+    sources += sorted(glob.glob(os.path.join(CSRC, "tuning", "*.cpp")))
     sources += sorted(glob.glob(os.path.join(CSRC, "triton", "*.cpp")))  # launches Triton's CUDA kernels
     cxx = ["-O3", "-fopenmp"]
     kwargs = dict(extra_link_args=["-fopenmp", "-ldl"])

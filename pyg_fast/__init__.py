@@ -21,6 +21,8 @@ from pyg_fast.ops import (  # noqa: E402
 )
 
 from pyg_fast.patch import patch  # noqa: E402
+from pyg_fast.config import config  # noqa: E402
+from pyg_fast.ops._deferred import check_errors  # noqa: E402
 
 
 def show_config() -> str:
@@ -50,6 +52,6 @@ def show_config() -> str:
     return text
 
 
-__all__ = ["patch", "edge_softmax", "segment_reduce", "index_segment_reduce", "index_weight_segment_reduce", "sddmm",
+__all__ = ["patch", "config", "check_errors", "edge_softmax", "segment_reduce", "index_segment_reduce", "index_weight_segment_reduce", "sddmm",
            "segment_matmul", "gather_segment_matmul",
            "show_config", "cuda_arch_list"]

@@ -7,7 +7,7 @@ from torch import Tensor
 from torch_geometric.nn.aggr import MaxAggregation, MeanAggregation, MinAggregation, SumAggregation
 
 from pyg_fast.nn import _graph
-from pyg_fast.ops.index_segment_reduce import gather_reduce_csr
+from pyg_fast.ops._kernels import reduce_csr, weight_as
 
 # MessagePassing's hook registries; a registered hook needs PyG's unfused path to see messages.
 _HOOK_DICTS = (
@@ -47,9 +47,10 @@ class FusedLayer:
     def _aggregate_neighbours(self, x_src: Tensor, x_dst: Optional[Tensor], edges, size) -> Tensor:
         """reduce over j -> i of w_ji * x_j, on the by-destination layout cached with the edges."""
         num_src, num_dst = _graph.num_nodes(x_src, x_dst, edges.sizes, size)
-        graph = _graph.by_destination(edges.edge_index, num_src, num_dst, self.flow)
-        return gather_reduce_csr(x_src, graph.src, graph.ptr, _graph.in_edge_order(edges.value, graph),
-                                 self._reduce(), graph.max_segment)
+        graph = _graph.by_destination(edges.edge_index, num_src, num_dst, self.flow, edges.sorted_by_destination)
+        weight = _graph.in_edge_order(edges.value, graph)
+        return reduce_csr(x_src, graph.src, graph.ptr, None if weight is None else weight_as(weight, x_src.dtype),
+                          self._reduce())
 
     @classmethod
     def _pyg_class(cls):

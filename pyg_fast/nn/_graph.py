@@ -1,10 +1,10 @@
 """Graph inputs of the fused layers: accepted formats and per-graph layouts.
 
-The layers run every edge-wise kernel on edges grouped by destination (CSR).
-``by_destination`` computes that grouping once per ``edge_index`` tensor and
-caches it with the tensor (``pyg_fast.ops._layout.cached``: weakly keyed, dropped
-when the tensor dies or is modified in place), so all layers and iterations that
-share a graph sort it once.
+The layers run every edge-wise kernel on edges grouped by destination (CSR). ``by_destination``
+builds that grouping on the graph's device without a host synchronisation (a stable sort, or
+none for an ``EdgeIndex`` sorted by destination) and, in eager mode, caches it with the
+``edge_index`` tensor (``pyg_fast.ops._layout.cached``), so layers and steps that share a graph
+prepare it once, and a new graph every step costs only the preparation kernels.
 """
 from typing import NamedTuple, Optional, Tuple
 
@@ -14,15 +14,17 @@ from torch_geometric import EdgeIndex
 from torch_geometric.utils import is_torch_sparse_tensor
 
 from pyg_fast.ops import _layout
-from pyg_fast.ops.index_segment_reduce import gather_rows
+from pyg_fast.ops._kernels import gather_rows, reduce_rows
 
 
 class Edges(NamedTuple):
-    """A graph input as PyG orients it: ``edge_index`` [2, E] (plain Tensor), optional
-    per-edge ``value`` (torch.sparse inputs) and size hints ``(num_rows, num_cols)``."""
+    """A graph input as PyG orients it: ``edge_index`` [2, E] (plain Tensor), optional per-edge
+    ``value`` (torch.sparse inputs), size hints ``(num_rows, num_cols)`` and whether the edges
+    are known sorted by destination (an ``EdgeIndex`` says so; None: unknown)."""
     edge_index: Tensor
     value: Optional[Tensor]
     sizes: Tuple[Optional[int], Optional[int]]
+    sorted_by_destination: Optional[bool] = None
 
 
 def unpack(edge_index, flow: str) -> Optional[Edges]:
@@ -31,7 +33,8 @@ def unpack(edge_index, flow: str) -> Optional[Edges]:
     if type(edge_index) is Tensor and edge_index.layout == torch.strided:  # the usual input, checked first
         return Edges(edge_index, None, (None, None)) if _is_edge_index(edge_index) else None
     if isinstance(edge_index, EdgeIndex):
-        return Edges(edge_index.as_tensor(), None, (edge_index.num_rows, edge_index.num_cols))
+        by_dst = edge_index.is_sorted_by_col if flow == "source_to_target" else edge_index.is_sorted_by_row
+        return Edges(edge_index.as_tensor(), None, (edge_index.num_rows, edge_index.num_cols), by_dst or None)
     if is_torch_sparse_tensor(edge_index):
         # adj_t: rows are targets, columns are sources; PyG rejects other flows here.
         if flow != "source_to_target" or edge_index.layout not in (torch.sparse_coo, torch.sparse_csr):
@@ -46,7 +49,7 @@ def unpack(edge_index, flow: str) -> Optional[Edges]:
             dst = torch._convert_indices_from_csr_to_coo(edge_index.crow_indices(), edge_index.col_indices())[0]
             src, value = edge_index.col_indices(), edge_index.values()
         num_dst, num_src = edge_index.shape[:2]
-        return Edges(torch.stack([src, dst]), value, (num_src, num_dst))
+        return Edges(torch.stack([src, dst]), value, (num_src, num_dst), True)
     if isinstance(edge_index, Tensor) and edge_index.layout == torch.strided and _is_edge_index(edge_index):
         return Edges(edge_index, None, (None, None))
     return None
@@ -58,36 +61,35 @@ def _is_edge_index(edge_index: Tensor) -> bool:
 
 
 class Graph(NamedTuple):
-    """Edges grouped by destination.
-
-    ``src``/``dst`` [E] are the endpoints in destination order (int64, validated), ``ptr``
-    [num_dst + 1] the CSR pointer, ``perm`` [E] the input position of every edge in that
-    order (None when the input was already sorted by destination), ``max_segment`` the
-    largest in-degree (None under torch.compile).
-    """
+    """Edges grouped by destination: ``src`` [E] the sources in destination order (int64), ``ptr``
+    [num_dst + 1] the CSR pointer, ``perm`` [E] the input position of every edge in that order
+    (None when the input was sorted by destination)."""
     src: Tensor
-    dst: Tensor
     ptr: Tensor
     perm: Optional[Tensor]
-    max_segment: Optional[int]
 
 
-def by_destination(edge_index: Tensor, num_src: int, num_dst: int, flow: str) -> Graph:
+def _endpoints(flow: str) -> Tuple[int, int]:
+    """(row of the sources, row of the destinations) of an edge_index for ``flow``."""
+    return (0, 1) if flow == "source_to_target" else (1, 0)
+
+
+def by_destination(edge_index: Tensor, num_src: int, num_dst: int, flow: str,
+                   is_sorted: Optional[bool] = None) -> Graph:
     """The destination-grouped layout of ``edge_index`` (validated, cached with the tensor)."""
-    j, i = (0, 1) if flow == "source_to_target" else (1, 0)
+    j, i = _endpoints(flow)
 
     def compute() -> Graph:
-        src, dst = _layout.as_long(edge_index[j]), _layout.as_long(edge_index[i])
-        _layout.check_index_range(src, num_src, "edge_index (sources)")
-        layout = _layout.coo_layout(dst, num_dst)
-        if layout.perm is not None:
-            src, dst = src.index_select(0, layout.perm), dst.index_select(0, layout.perm)
-        # detach(): src and dst may be views of edge_index; a cached value holding its key tensor
-        # would keep it (and its cache entry) alive forever
-        return Graph(src.contiguous().detach(), dst.contiguous().detach(), layout.ptr, layout.perm,
-                     layout.max_segment)
+        names = f"edge_index[{i}]|the number of target nodes|edge_index[{j}]|the number of source nodes"
+        ptr, perm, src = _layout.grouped_edges(edge_index[i], num_dst, edge_index[j], num_src, names, is_sorted)
+        return Graph(src, ptr, perm)
 
-    return _layout.cached(edge_index, ("by_destination", num_src, num_dst, flow), compute)
+    return _layout.cached(edge_index, ("by_destination", num_src, num_dst, flow, is_sorted), compute)
+
+
+def destinations(graph: Graph) -> Tensor:
+    """The destination of every edge of ``graph``, in its order (cached with the pointer)."""
+    return _layout.ptr_to_index(graph.ptr, graph.src.numel())
 
 
 def in_edge_order(values: Optional[Tensor], graph: Graph) -> Optional[Tensor]:
@@ -114,3 +116,55 @@ def num_nodes(x_src: Tensor, x_dst: Optional[Tensor], sizes: Tuple[Optional[int]
     if num_dst is None:
         num_dst = x_dst.size(0) if x_dst is not None else num_src
     return num_src, num_dst
+
+
+class WithSelfLoops(NamedTuple):
+    """A graph with one self loop per node appended, without removing the loops it had (that
+    needs the loops' count on the host): ``edge_index`` [2, E + N], ``is_loop`` [E + N] marks the
+    original loops (which the layer weights by 0 or masks), in input order."""
+    edge_index: Tensor
+    is_loop: Tensor
+
+
+def with_self_loops(edge_index: Tensor, num_nodes: int) -> WithSelfLoops:
+    """``edge_index`` with the loops ``i -> i`` for ``i < num_nodes`` appended (cached)."""
+    def compute():
+        loops = torch.arange(num_nodes, device=edge_index.device, dtype=edge_index.dtype)
+        looped = torch.cat([edge_index, loops.expand(2, -1)], dim=1)
+        is_loop = torch.cat([edge_index[0] == edge_index[1], loops.new_zeros(num_nodes, dtype=torch.bool)])
+        return WithSelfLoops(looped, is_loop)
+    return _layout.cached(edge_index, ("self_loops", num_nodes), compute)
+
+
+def gcn_normalized(edge_index: Tensor, edge_weight: Optional[Tensor], num_nodes: int, improved: bool,
+                   add_self_loops: bool, flow: str, dtype: torch.dtype) -> Tuple[Tensor, Graph, Tensor]:
+    """PyG's ``gcn_norm`` without a host synchronisation: (edge_index, the graph grouped by target,
+    the weight in that order as [E, 1]).
+
+    PyG removes the existing self loops and appends one per node (weighted by the removed loop's
+    weight, else 1, or 2 with ``improved`` and edge weights); here the existing loops stay, weighted 0, and the
+    appended ones carry the same weights, so every sum is the same. Degrees are summed per target
+    on the grouped graph."""
+    E = edge_index.size(1)
+    weight = edge_weight.to(dtype) if edge_weight is not None else torch.ones(E, dtype=dtype,
+                                                                              device=edge_index.device)
+    if add_self_loops:
+        looped = with_self_loops(edge_index, num_nodes)
+        # As PyG 2.8: without edge weights every loop weighs 1 (``improved`` only fills in the loops
+        # of a weighted graph); a node's existing loop gives its weight (PyG's last write wins too).
+        fill = 2.0 if improved and edge_weight is not None else 1.0
+        loop_weight = torch.full((num_nodes + 1,), fill, dtype=dtype, device=weight.device)
+        if edge_weight is not None:  # the other edges write into the spare slot num_nodes
+            row = edge_index[0]
+            keep = looped.is_loop[:E] & (row >= 0) & (row < num_nodes)
+            loop_weight.scatter_(0, torch.where(keep, row, num_nodes), weight)
+        weight = torch.cat([weight.masked_fill(looped.is_loop[:E], 0), loop_weight[:num_nodes]])
+        edge_index = looped.edge_index
+    else:  # an alias: a value cached with edge_index must not hold a reference to it
+        edge_index = edge_index.detach()
+    graph = by_destination(edge_index, num_nodes, num_nodes, flow)
+    w_sorted = in_edge_order(weight, graph).unsqueeze(1)
+    deg = reduce_rows(w_sorted.unsqueeze(0), _layout.SegmentLayout(graph.ptr, None), "sum")[0]
+    deg_inv_sqrt = deg.pow(-0.5).masked_fill_(deg == 0, 0)
+    w_sorted = gather_rows(deg_inv_sqrt, graph.src) * w_sorted * deg_inv_sqrt.index_select(0, destinations(graph))
+    return edge_index, graph, w_sorted

@@ -10,10 +10,11 @@ from torch_geometric.utils import add_self_loops, remove_self_loops
 
 from pyg_fast.nn import _graph
 from pyg_fast.nn._fused import FusedLayer
-from pyg_fast.ops import _layout
-from pyg_fast.ops.edge_softmax import edge_softmax_op
-from pyg_fast.ops.index_segment_reduce import gather_reduce_csr, gather_rows
-from pyg_fast.ops.sddmm import sddmm_op
+from pyg_fast.ops._kernels import gather_rows, reduce_csr
+from pyg_fast.ops.segment_reduce import segment_reduce
+
+# fill_value reductions of PyG's add_self_loops that run without the loops' count on the host
+_SYNC_FREE_FILLS = ("mean", "add", "sum")
 
 
 class GATConv(FusedLayer, pyg_nn.GATConv):
@@ -28,7 +29,10 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
         [+ \mathbf{a}^{\top}_{e}\mathbf{\Theta}_{e}\mathbf{e}_{i,j}])\big)
 
     Same constructor, parameters, ``state_dict`` and outputs as PyG's class. Per graph
-    (cached with ``edge_index``): self loops and the grouping of edges by target. Per
+    (built without a host synchronisation, cached with ``edge_index`` in eager mode): self
+    loops (existing ones kept but masked out of the softmax; with
+    ``return_attention_weights`` removed as PyG does, one synchronisation) and the
+    grouping of edges by target. Per
     call: node projections, one SDDMM for the per-edge scores, one edge softmax kernel
     and one multi-head weighted SpMM; no ``[E, heads, C]`` message tensor is built.
     ``return_attention_weights`` gives the edges and coefficients in PyG's order.
@@ -64,18 +68,33 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
         alpha_src = (h_src.view(-1, H, C) * self.att_src).sum(dim=-1)
         alpha_dst = None if h_dst is None else (h_dst.view(-1, H, C) * self.att_dst).sum(-1)
 
-        edge_index = edges.edge_index
+        edge_index, is_loop = edges.edge_index, None
+        sorted_by_destination = edges.sorted_by_destination
+        if self.lin_edge is None:
+            edge_attr = None  # PyG carries it along but never reads it
         if self.add_self_loops:
-            edge_index, edge_attr = self._with_self_loops(edge_index, edge_attr, h_src, h_dst, size)
+            num_loops = h_src.size(0) if h_dst is None else min(h_src.size(0), h_dst.size(0))
+            num_loops = min(size) if size is not None else num_loops
+            if return_attention_weights or (isinstance(self.fill_value, str) and edge_attr is not None
+                                            and self.fill_value not in _SYNC_FREE_FILLS):
+                # PyG's exact edge list: the existing loops removed (one synchronisation)
+                ei, attr = remove_self_loops(edge_index, edge_attr)
+                edge_index, edge_attr = add_self_loops(ei, attr, fill_value=self.fill_value, num_nodes=num_loops)
+            else:  # existing loops stay, masked out of the softmax
+                looped = _graph.with_self_loops(edge_index, num_loops)
+                edge_attr = self._with_loop_attr(edge_index, edge_attr, looped.is_loop, num_loops)
+                edge_index, is_loop = looped.edge_index, looped.is_loop
+            sorted_by_destination = None
         num_src, num_dst = _graph.num_nodes(h_src, h_dst, edges.sizes, size)
-        graph = _graph.by_destination(edge_index, num_src, num_dst, self.flow)
+        graph = _graph.by_destination(edge_index, num_src, num_dst, self.flow, sorted_by_destination)
         has_edges = graph.src.numel() > 0
 
         # The ops are called on the validated graph directly, without their wrappers' per-call checks.
         if alpha_dst is None:
             alpha = gather_rows(alpha_src, graph.src)
         else:  # the scores are fresh contiguous [N, H]: [N, H, 1] views are what sddmm takes
-            alpha = sddmm_op(alpha_src.unsqueeze(-1), alpha_dst.unsqueeze(-1), graph.src, graph.dst, "add").squeeze(-1)
+            alpha = torch.ops.pyg_fast.sddmm(alpha_src.unsqueeze(-1), alpha_dst.unsqueeze(-1), graph.src,
+                                             _graph.destinations(graph), "add").squeeze(-1)
         if has_edges:  # PyG leaves the scores of an empty graph as they are
             lin_edge = self.lin_edge
             if edge_attr is not None and lin_edge is not None:
@@ -83,9 +102,11 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
                                                  graph)
                 alpha = alpha + (lin_edge(edge_attr).view(-1, H, C) * self.att_edge).sum(dim=-1)
             alpha = F.leaky_relu(alpha, self.negative_slope)
-            alpha = edge_softmax_op(alpha.contiguous(), graph.ptr, 0)
+            if is_loop is not None:
+                alpha = alpha.masked_fill(_graph.in_edge_order(is_loop, graph).unsqueeze(1), float("-inf"))
+            alpha = torch.ops.pyg_fast.edge_softmax(alpha.contiguous(), graph.ptr, 0)
             alpha = F.dropout(alpha, p=self.dropout, training=self.training)
-            out = gather_reduce_csr(h_src, graph.src, graph.ptr, alpha, "sum", graph.max_segment)
+            out = reduce_csr(h_src, graph.src, graph.ptr, alpha, "sum")
         else:  # no edges (and maybe no nodes): nothing to aggregate
             out = h_src.new_zeros(num_dst, H * C)
         if not self.concat:
@@ -99,15 +120,20 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
             return out, (edge_index, _graph.in_input_order(alpha, graph))
         return out
 
-    def _with_self_loops(self, edge_index: Tensor, edge_attr: OptTensor, x_src: Tensor, x_dst: OptTensor,
-                         size: Size) -> Tuple[Tensor, OptTensor]:
-        """PyG's self-loop handling; the new edge_index is memoised on the input one."""
-        num_nodes = x_src.size(0) if x_dst is None else min(x_src.size(0), x_dst.size(0))
-        num_nodes = min(size) if size is not None else num_nodes
-
-        def compute(attr: OptTensor = None):
-            ei, attr = remove_self_loops(edge_index, attr)
-            return add_self_loops(ei, attr, fill_value=self.fill_value, num_nodes=num_nodes)
-
-        looped = _layout.cached(edge_index, ("gat_self_loops", num_nodes), lambda: compute()[0])
-        return looped, (compute(edge_attr)[1] if edge_attr is not None else None)
+    def _with_loop_attr(self, edge_index: Tensor, edge_attr: OptTensor, is_loop: Tensor, num_loops: int) -> OptTensor:
+        """``edge_attr`` with the attributes of the appended loops: ``fill_value``, or the sum or mean
+        of each node's incoming attributes over the edges that are not loops (PyG's ``add_self_loops``
+        after ``remove_self_loops``)."""
+        if edge_attr is None:
+            return None
+        E, fill = edge_attr.size(0), self.fill_value
+        if not isinstance(fill, str):
+            loop_attr = edge_attr.new_full((num_loops,) + edge_attr.shape[1:], fill) if not isinstance(fill, Tensor) \
+                else fill.to(edge_attr).expand((num_loops,) + edge_attr.shape[1:])
+            return torch.cat([edge_attr, loop_attr])
+        keep = (~is_loop[:E]).to(edge_attr.dtype).view((E,) + (1,) * (edge_attr.dim() - 1))
+        loop_attr = segment_reduce(edge_attr * keep, edge_index[1], dim_size=num_loops, reduce="sum")
+        if fill == "mean":
+            count = segment_reduce(keep.view(E, 1), edge_index[1], dim_size=num_loops, reduce="sum")
+            loop_attr = loop_attr / count.clamp(min=1).view((num_loops,) + (1,) * (edge_attr.dim() - 1))
+        return torch.cat([edge_attr, loop_attr])

@@ -1,7 +1,4 @@
-from typing import NamedTuple
-
 import torch
-
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
@@ -10,7 +7,7 @@ from torch_geometric.typing import Adj, OptTensor
 from pyg_fast.nn import _graph
 from pyg_fast.nn._fused import FusedLayer
 from pyg_fast.ops import _layout
-from pyg_fast.ops.index_segment_reduce import gather_reduce_csr
+from pyg_fast.ops._kernels import reduce_csr, weight_as
 
 
 class GCNConv(FusedLayer, pyg_nn.GCNConv):
@@ -22,68 +19,60 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
 
     Same constructor, parameters, ``state_dict`` and outputs as PyG's class. The
     normalised graph (self loops, :math:`\hat{d}^{-1/2}` weights, edges grouped by
-    target) is computed once per ``edge_index`` tensor and reused while that tensor is
-    unchanged; propagation is one weighted SpMM (forward and backward on pyg_fast
-    kernels). Explain mode, ``decomposed_layers > 1``, message passing hooks,
-    ``SparseTensor``, static (3-D) node features and sparse values that require a
-    gradient run PyG's own path.
+    target) is built on the graph's device without a host synchronisation, once per
+    ``edge_index`` tensor in eager mode; propagation is one weighted SpMM (forward and
+    backward on pyg_fast kernels). Explain mode, ``decomposed_layers > 1``, message
+    passing hooks, ``SparseTensor``, static (3-D) node features and sparse values that
+    require a gradient run PyG's own path; torch.sparse inputs are normalised by PyG's
+    ``gcn_norm``.
     """
     propagate_type = {"x": "Tensor", "edge_weight": "OptTensor"}
 
     def forward(self, x: Tensor, edge_index: Adj, edge_weight: OptTensor = None) -> Tensor:
-        fused = (isinstance(x, Tensor) and x.dim() == 2 and not x.is_sparse and not self._pyg_path_required()
-                 and _graph.unpack(edge_index, self.flow) is not None)
-        if not fused:
+        edges = None
+        if isinstance(x, Tensor) and x.dim() == 2 and not x.is_sparse and not self._pyg_path_required():
+            edges = _graph.unpack(edge_index, self.flow)
+        if edges is None:
             return super().forward(x, edge_index, edge_weight)
         num_nodes = x.size(0)
-        if self.normalize:
-            if self._cached_edge_index is not None:
-                edge_index, edge_weight = self._cached_edge_index
-            elif edge_weight is None and edge_index.layout == torch.strided:
-                # The usual call: one cache lookup gives the normalised graph grouped by target.
-                norm = self._normalized_graph(edge_index, num_nodes, x.dtype)
-                if self.cached:
-                    self._cached_edge_index = (norm.edge_index, norm.edge_weight)
-                return self._propagate(x, norm.graph, norm.weight)
-            else:
-                edge_index, edge_weight = gcn_norm(edge_index, edge_weight, num_nodes, self.improved,
-                                                   self.add_self_loops, self.flow, x.dtype)
-                if self.cached:
-                    self._cached_edge_index = (edge_index, edge_weight)
-        graph, weight = self._by_destination(edge_index, edge_weight, num_nodes)
+        if edges.value is not None:  # torch.sparse: weights come with the matrix
+            edge_weight = edges.value
+        if not self.normalize:
+            graph = _graph.by_destination(edges.edge_index, num_nodes, num_nodes, self.flow,
+                                          edges.sorted_by_destination)
+            return self._propagate(x, graph, _graph.in_edge_order(edge_weight, graph))
+        if self._cached_edge_index is not None:
+            cached_index, cached_weight = self._cached_edge_index
+            graph = _graph.by_destination(cached_index, num_nodes, num_nodes, self.flow)
+            return self._propagate(x, graph, _graph.in_edge_order(cached_weight, graph))
+        if edges.value is not None:  # PyG's own normalisation of a sparse matrix (it synchronises)
+            norm_index, norm_weight = gcn_norm(edge_index, None, num_nodes, self.improved, self.add_self_loops,
+                                               self.flow, x.dtype)
+            norm_edges = _graph.unpack(norm_index, self.flow)
+            graph = _graph.by_destination(norm_edges.edge_index, num_nodes, num_nodes, self.flow)
+            weight = _graph.in_edge_order(norm_edges.value, graph)
+            if self.cached:
+                self._cached_edge_index = (norm_edges.edge_index, norm_edges.value)
+            return self._propagate(x, graph, weight)
+        norm_index, graph, weight = self._normalized(edges.edge_index, edge_weight, num_nodes, x.dtype)
+        if self.cached:
+            self._cached_edge_index = (norm_index, _graph.in_input_order(weight.squeeze(1), graph))
         return self._propagate(x, graph, weight)
 
-    def _by_destination(self, edge_index: Adj, edge_weight: OptTensor, num_nodes: int):
-        """The graph grouped by target and the edge weights in that order (a torch.sparse input
-        carries its weights)."""
-        edges = _graph.unpack(edge_index, self.flow)
-        if edges.value is not None:
-            edge_weight = edges.value
-        graph = _graph.by_destination(edges.edge_index, num_nodes, num_nodes, self.flow)
-        return graph, _graph.in_edge_order(edge_weight, graph)
+    def _normalized(self, edge_index: Tensor, edge_weight: OptTensor, num_nodes: int, dtype: torch.dtype):
+        """:func:`_graph.gcn_normalized` with this layer's settings, memoised on ``edge_index``
+        (and the weight tensor, if any)."""
+        def compute():
+            return _graph.gcn_normalized(edge_index, edge_weight, num_nodes, self.improved, self.add_self_loops,
+                                         self.flow, dtype)
+        key = ("gcn_norm", num_nodes, self.improved, self.add_self_loops, self.flow, dtype)
+        if edge_weight is None:
+            return _layout.cached(edge_index, key, compute)
+        if edge_weight.requires_grad and torch.is_grad_enabled():  # a fresh graph of the autograd tape
+            return compute()
+        return _layout.cached_with(edge_index, edge_weight, key, compute)
 
     def _propagate(self, x: Tensor, graph: _graph.Graph, weight: OptTensor) -> Tensor:
-        out = gather_reduce_csr(self.lin(x), graph.src, graph.ptr, weight, "sum", graph.max_segment)
+        h = self.lin(x)
+        out = reduce_csr(h, graph.src, graph.ptr, None if weight is None else weight_as(weight, h.dtype), "sum")
         return out if self.bias is None else out + self.bias
-
-    def _normalized_graph(self, edge_index: Tensor, num_nodes: int, dtype: torch.dtype) -> "_NormalizedGraph":
-        """PyG's ``gcn_norm`` of an unweighted ``edge_index`` and its grouping by target, memoised
-        on ``edge_index``."""
-        def compute():
-            # detach(): an alias without a reference to edge_index, which the cache must not keep alive
-            # (gcn_norm returns edge_index itself when it adds no self loops)
-            norm_index, norm_weight = gcn_norm(edge_index.detach(), None, num_nodes, self.improved,
-                                               self.add_self_loops, self.flow, dtype)
-            graph, weight = self._by_destination(norm_index, norm_weight, num_nodes)
-            return _NormalizedGraph(norm_index, norm_weight, graph, weight.unsqueeze(1))
-        return _layout.cached(edge_index, ("gcn_norm", num_nodes, self.improved, self.add_self_loops, self.flow,
-                                           dtype), compute)
-
-
-class _NormalizedGraph(NamedTuple):
-    """``gcn_norm``'s output (``edge_index``, ``edge_weight``, input order) and the same graph
-    grouped by target with the weights in that order as [E, 1], the kernel's layout."""
-    edge_index: Tensor
-    edge_weight: Tensor
-    graph: _graph.Graph
-    weight: Tensor

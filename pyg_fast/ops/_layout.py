@@ -1,12 +1,17 @@
-"""Per-graph preprocessing shared by the ops: CSR pointers, sort permutations and
-index validation.
+"""Per-graph preparation shared by the ops and layers: CSR pointers, sort permutations and
+transposed layouts, built on the data's device without a host synchronisation.
 
-Each result is computed once per index tensor and cached while that tensor is
-alive and unchanged (keyed weakly on the tensor's storage owner, its view
-geometry and its version counter), so a model that reuses one ``edge_index``
-pays for validation (one host synchronisation) and sorting once, not per call.
-Under ``torch.compile`` nothing is cached or validated (no host syncs are
-allowed there); the layouts are recomputed inside the graph instead.
+Index values are validated inside the preparation ops (``pyg_fast::csr_layout``,
+``checked_index``, ``checked_ptr``) through ``_deferred``: on CUDA a bad index is reported by a
+later call, and the kernels skip its entries meanwhile. Nothing here reads device data on the
+host, except on the CPU in eager mode, where reading is free (an index found sorted skips its sort).
+
+In eager mode a result is cached with the index tensor it came from while that tensor is alive
+and unchanged (keyed weakly on its storage owner, view geometry and version counter), so a graph
+used by several layers and steps is prepared once; a graph used once (a sampled mini-batch) costs
+the preparation kernels and nothing else. Under ``torch.compile``, ``torch.jit.trace`` and
+TorchScript nothing is cached or decided from the data: the same preparation ops run inside the
+traced graph, so a trace holds no property of its example.
 """
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 import functools
@@ -16,7 +21,7 @@ import torch
 from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 
-from pyg_fast.ops._checks import check_index_tensor
+from pyg_fast.ops import _deferred
 
 # id(owner) -> (weak reference to owner, {slot: value}); the reference's callback drops the entry
 # when the owner dies. Keyed by id rather than through torch's WeakTensorKeyDictionary, which
@@ -24,25 +29,29 @@ from pyg_fast.ops._checks import check_index_tensor
 _CACHE: Dict[int, Tuple[weakref.ref, Dict]] = {}
 
 
-def _compiling(*tensors: Tensor) -> bool:
-    """True while tracing (torch.compile, including AOTAutograd's backward trace, where
-    is_compiling() is False but the tensors are fake): data cannot be read then."""
-    if torch.compiler.is_compiling():
-        return True
+def eager(*tensors: Tensor) -> bool:
+    """False while tracing (torch.compile, including AOTAutograd's backward trace, where
+    is_compiling() is False but the tensors are fake; torch.jit.trace; TorchScript): nothing may
+    be cached or read from the data then."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.jit.is_scripting():
+        return False
     for t in tensors:  # fake tensors are Tensor subclasses: a plain Tensor skips the (slower) is_fake test
         if type(t) is not Tensor and is_fake(t):
-            return True
-    return False
+            return False
+    return True
+
+
+def readable(tensor: Tensor) -> bool:
+    """Whether the host may read ``tensor``'s values for a decision: eager and on the CPU."""
+    return tensor.device.type == "cpu" and eager(tensor)
 
 
 def cached(tensor: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
-    """Returns ``compute()``, memoised on ``tensor`` (and any view of its storage owner)."""
-    if _compiling(tensor) or torch.jit.is_scripting():
+    """Returns ``compute()``, memoised on ``tensor`` (and any view of its storage owner) in eager
+    mode."""
+    if not eager(tensor):
         return compute()
-    return _cached(tensor, key, compute)
-
-
-def _cached(tensor: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
+    _deferred.poll()
     owner = storage_owner(tensor)
     slot = (key, tensor.storage_offset(), tensor.shape, tensor.stride(), tensor._version)
     found = _CACHE.get(id(owner))
@@ -65,196 +74,16 @@ def storage_owner(tensor: Tensor) -> Tensor:
     return tensor if tensor._base is None else tensor._base
 
 
-def values_key(tensor: Tensor) -> Tuple:
-    """Identifies ``tensor``'s values while its storage owner lives: the owner's id, the view
-    geometry and the version (what ``cached`` files values under). Keep a weak reference to the
-    owner beside it: an id is reused once its object is gone."""
-    return id(storage_owner(tensor)), tensor.storage_offset(), tensor.shape, tensor.stride(), tensor._version
-
-
-def plans(tensor: Optional[Tensor], src: Tensor) -> Optional[Dict]:
-    """The plans of an op's calls with ``tensor`` as their index (a dict cached on it, keyed by the
-    call's other arguments, see e.g. ``segment_reduce``), or None where nothing may be kept: either
-    is not a tensor, or is being traced."""
-    if not (isinstance(tensor, Tensor) and isinstance(src, Tensor)) or _compiling(tensor, src) or \
-            torch.jit.is_scripting():
-        return None
-    return _cached(tensor, ("plans",), dict)
-
-
-def keep(plans: Dict, key: Tuple, plan: object) -> None:
-    """Files ``plan`` under ``key`` in a dict of :func:`plans`; a dict grown past 64 plans (calls
-    with ever new shapes or source indices, of which some are gone) is emptied first."""
-    if len(plans) >= 64:
-        plans.clear()
-    plans[key] = plan
-
-
 def _drop(owner_id: int, ref: weakref.ref, cache: Dict = _CACHE) -> None:
     """Weak reference callback: forgets a dead owner's entries (unless its id was reused since)."""
     if cache.get(owner_id, (None,))[0] is ref:
         del cache[owner_id]
 
 
-def as_long(index: Tensor) -> Tensor:
-    """The index as contiguous int64, the type the kernels take (cached)."""
-    if index.dtype == torch.long and index.is_contiguous():
-        return index
-    if index.dtype not in (torch.int32, torch.int64, torch.int16, torch.uint8, torch.int8):
-        raise TypeError(f"pyg_fast: index tensors must be integer, got {index.dtype}")
-    return cached(index, ("as_long",), lambda: index.long().contiguous())
-
-
-class SegmentLayout(NamedTuple):
-    """How E rows map onto ``dim_size`` segments.
-
-    ``ptr`` [dim_size + 1] is the CSR pointer over the rows in sorted order;
-    ``perm`` [E] lists the rows in that order, or is None when the index was
-    already sorted; ``covers_all`` says whether ptr spans every row (0 to E);
-    ``max_segment`` is the longest segment (None where unknown, under compile),
-    which the schedule choice uses to detect skew.
-    """
-    ptr: Tensor
-    perm: Optional[Tensor]
-    covers_all: bool = True
-    max_segment: Optional[int] = None
-
-
-def _index_stats(index: Tensor) -> Tuple[int, int, bool]:
-    """(min, max, is_sorted) with one host synchronisation."""
-    if index.numel() == 0:
-        return 0, -1, True
-    unsorted = (index[1:] < index[:-1]).any() if index.numel() > 1 else index.new_zeros((), dtype=torch.bool)
-    stats = torch.stack([index.min(), index.max(), unsorted.long()]).tolist()
-    return stats[0], stats[1], not stats[2]
-
-
-def check_index_range(index: Tensor, size: int, name: str) -> bool:
-    """Raises IndexError unless every value lies in [0, size); returns whether sorted (cached).
-
-    Under torch.compile nothing is checked (that would need a host sync) and False is returned.
-    """
-    if _compiling(index):
-        return False
-
-    def compute():
-        lo, hi, is_sorted = _index_stats(index)
-        if index.numel() > 0 and (lo < 0 or hi >= size):
-            raise IndexError(f"pyg_fast: '{name}' holds values in [{lo}, {hi}], outside [0, {size}) "
-                             f"(the size of the dimension it indexes)")
-        return is_sorted
-    return cached(index, ("range", size), compute)
-
-
-def coo_layout(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None) -> SegmentLayout:
-    """CSR layout of a COO index; ``is_sorted=True`` skips the sortedness check."""
-    index = as_long(index)
-
-    def compute():
-        if _compiling(index):
-            known_sorted = bool(is_sorted)
-        else:
-            checked = check_index_range(index, dim_size, "index")
-            known_sorted = checked if is_sorted is None else (is_sorted and checked)
-            if is_sorted and not checked:
-                raise ValueError("pyg_fast: 'index' was declared sorted but is not sorted")
-        perm = None
-        if not known_sorted:
-            index_sorted, perm = torch.sort(index, stable=True)
-        ptr = torch._convert_indices_from_coo_to_csr(index if perm is None else index_sorted, dim_size)
-        return SegmentLayout(ptr, perm, True, _max_segment(ptr))
-
-    return cached(index, ("coo_layout", dim_size, is_sorted), compute)
-
-
-def _max_segment(ptr: Tensor) -> Optional[int]:
-    if _compiling(ptr):
-        return None
-    return int(ptr.diff().max()) if ptr.numel() > 1 else 0
-
-
-def ptr_layout(ptr: Tensor, num_rows: int, covers_all: bool = False) -> SegmentLayout:
-    """Validates a CSR pointer over ``num_rows`` rows; the layout holds it as int64 (cached).
-
-    ``covers_all`` demands ``ptr[0] == 0`` and ``ptr[-1] == num_rows``; otherwise
-    the layout records whether that holds.
-    """
-    if ptr.dim() != 1 or ptr.numel() < 1:
-        raise ValueError(f"pyg_fast: 'ptr' must be a non-empty 1-D tensor, got shape {tuple(ptr.shape)}")
-    ptr = as_long(ptr)
-
-    # The cache keeps (covers_all, max_segment), not the layout: a cached value holding its own key
-    # tensor would keep that tensor (and the entry) alive forever.
-    def compute():
-        if _compiling(ptr):
-            return covers_all, None
-        if ptr.numel() > 1:
-            lo, hi, is_sorted = _index_stats(ptr)
-            if lo < 0 or hi > num_rows or not is_sorted or (covers_all and (lo != 0 or hi != num_rows)):
-                span = f"from 0 to {num_rows}" if covers_all else f"within [0, {num_rows}]"
-                raise ValueError(f"pyg_fast: 'ptr' must be non-decreasing {span} (the number of rows "
-                                 f"it splits), got values in [{lo}, {hi}]{'' if is_sorted else ', not sorted'}")
-            return lo == 0 and hi == num_rows, _max_segment(ptr)
-        if covers_all and num_rows != 0:
-            raise ValueError(f"pyg_fast: 'ptr' with one entry covers no rows but there are {num_rows}")
-        return num_rows == 0, 0
-
-    covers, max_segment = cached(ptr, ("ptr_layout", num_rows, covers_all), compute)
-    return SegmentLayout(ptr, None, covers, max_segment)
-
-
-def segments(index: Optional[Tensor], ptr: Optional[Tensor], num_rows: int, num_segments: Optional[int],
-             device: torch.device, *, index_name: str = "index", size_name: str = "dim_size",
-             covers_all: bool = False, is_sorted: Optional[bool] = None) -> Tuple[SegmentLayout, int]:
-    """The layout and number of segments of the rows an op reduces, from a COO ``index`` (one
-    entry per row, ideally sorted) or a CSR ``ptr`` (used if both are given), checked:
-    ``num_segments`` (the op's ``size_name`` argument) defaults to ``index.max() + 1`` or to
-    what ``ptr`` says, and must agree with ``ptr``. A ``torch_geometric.Index`` says whether it
-    is sorted where ``is_sorted`` is None."""
-    if ptr is not None:
-        check_index_tensor(ptr, "ptr", None, device)
-        if num_segments is not None and num_segments != ptr.numel() - 1:
-            raise ValueError(f"pyg_fast: {size_name}={num_segments} does not match 'ptr' with {ptr.numel()} "
-                             f"entries (expected {size_name}={ptr.numel() - 1})")
-        return ptr_layout(ptr, num_rows, covers_all), ptr.numel() - 1
-    if index is None:
-        raise ValueError(f"pyg_fast: pass '{index_name}' or 'ptr'")
-    check_index_tensor(index, index_name, num_rows, device)
-    if num_segments is None:
-        num_segments = int(index.max()) + 1 if index.numel() > 0 else 0
-    if num_segments < 0:
-        raise ValueError(f"pyg_fast: {size_name} must be non-negative, got {num_segments}")
-    if is_sorted is None:
-        is_sorted = getattr(index, "is_sorted", None)
-    return coo_layout(index, num_segments, is_sorted), num_segments
-
-
-def ptr_to_index(ptr: Tensor, num_rows: int) -> Tensor:
-    """Row id of every element covered by ``ptr`` (cached); [num_rows]."""
-    def compute():
-        counts = ptr.diff()
-        return torch.repeat_interleave(torch.arange(counts.numel(), device=ptr.device), counts,
-                                       output_size=num_rows)
-    return cached(ptr, ("ptr_to_index", num_rows), compute)
-
-
-class TransposedLayout(NamedTuple):
-    """The edges of a gather (src_index -> dst rows given by a CSR ptr) regrouped by source.
-
-    ``perm`` lists edges sorted by source, ``ptr`` [num_src + 1] points into that order,
-    ``dst_index`` [E] is the destination of each edge in that order, ``max_segment`` the
-    largest out-degree.
-    """
-    perm: Tensor
-    ptr: Tensor
-    dst_index: Tensor
-    max_segment: Optional[int]
-
-
 def cached_with(tensor: Tensor, other: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
     """``compute()`` of two tensors, memoised on ``tensor`` for this ``other`` tensor (its identity
     and version). ``other`` is held weakly: a cached value must not keep it alive."""
-    if _compiling(tensor, other) or torch.jit.is_scripting():  # dynamo cannot trace id() of a traced tensor
+    if not eager(tensor, other):
         return compute()
 
     def entry():
@@ -266,13 +95,196 @@ def cached_with(tensor: Tensor, other: Tensor, key: Tuple, compute: Callable[[],
     return value
 
 
+def as_long(index: Tensor) -> Tensor:
+    """The index as contiguous int64, the type the kernels take (cached)."""
+    if type(index) is not Tensor and hasattr(index, "as_tensor"):  # torch_geometric's Index, EdgeIndex
+        index = index.as_tensor()
+    if index.dtype == torch.long and index.is_contiguous():
+        return index
+    if index.dtype not in (torch.int32, torch.int64, torch.int16, torch.uint8, torch.int8):
+        raise TypeError(f"pyg_fast: index tensors must be integer, got {index.dtype}")
+    return cached(index, ("as_long",), lambda: index.long().contiguous())
+
+
+# The preparation ops ---------------------------------------------------------------------------
+def _out_of_range(index: Tensor, size) -> Tensor:
+    """0-d: whether some value of ``index`` lies outside [0, size)."""
+    if index.numel() == 0:
+        return torch.zeros((), dtype=torch.bool, device=index.device)
+    lo, hi = torch.aminmax(index)
+    return (lo < 0) | (hi >= size)
+
+
+def _range_message(name: str, size, size_name: str) -> _deferred.Message:
+    return IndexError, f"pyg_fast: '{name}' holds values outside [0, {size}) ({size_name})"
+
+
+@torch.library.custom_op("pyg_fast::csr_layout", mutates_args=())
+def _csr_layout(index: Tensor, num_segments: int, is_sorted: bool, src: Optional[Tensor], num_src: int,
+                names: str) -> Tuple[Tensor, Tensor, Tensor]:
+    """(ptr [num_segments + 1], perm [E] (empty where ``is_sorted``), src[perm] [E] (empty without
+    ``src``)): the rows of ``index`` grouped by value with a stable sort, validated. ``names``:
+    'index name|size name|src name|src size name' for the messages."""
+    index_name, size_name, src_name, src_size_name = names.split("|")
+    flags, messages = [], []
+    if is_sorted:
+        keys, perm = index, index.new_empty(0)
+        if index.numel() > 1:
+            flags.append((index[1:] < index[:-1]).any())
+            messages.append((ValueError, f"pyg_fast: '{index_name}' was declared sorted but is not sorted"))
+    else:
+        keys, perm = torch.sort(index, stable=True)
+    # Binary search rather than counting: any index gives a non-decreasing ptr within [0, E], the
+    # kernels stay in bounds, and values outside [0, num_segments) show as ptr[0] > 0 or ptr[-1] < E.
+    ptr = torch.searchsorted(keys, torch.arange(num_segments + 1, device=index.device, dtype=keys.dtype))
+    flags.append((ptr[0] != 0) | (ptr[-1] != index.numel()))
+    messages.append(_range_message(index_name, num_segments, size_name))
+    src_sorted = index.new_empty(0)
+    if src is not None:
+        flags.append(_out_of_range(src, num_src))
+        messages.append(_range_message(src_name, num_src, src_size_name))
+        src_sorted = src if is_sorted else src.index_select(0, perm)
+        src_sorted = src_sorted.contiguous() if src_sorted is not src else src.clone()
+    _deferred.report(flags, messages)
+    return ptr, perm, src_sorted
+
+
+@_csr_layout.register_fake
+def _(index, num_segments, is_sorted, src, num_src, names):
+    E = index.numel()
+    return (index.new_empty(num_segments + 1), index.new_empty(0 if is_sorted else E),
+            index.new_empty(0 if src is None else E))
+
+
+@torch.library.custom_op("pyg_fast::checked_index", mutates_args=())
+def _checked_index(index: Tensor, size: int, name: str, size_name: str) -> Tensor:
+    """A copy of ``index`` whose values are checked to lie in [0, size)."""
+    _deferred.report([_out_of_range(index, size)], [_range_message(name, size, size_name)])
+    return index.clone()
+
+
+@_checked_index.register_fake
+def _(index, size, name, size_name):
+    return torch.empty_like(index)
+
+
+@torch.library.custom_op("pyg_fast::checked_ptr", mutates_args=())
+def _checked_ptr(ptr: Tensor, num_rows: int, name: str) -> Tensor:
+    """A copy of the CSR pointer ``ptr``, checked to run non-decreasing from 0 to ``num_rows``."""
+    bad = (ptr[0] != 0) | (ptr[-1] != num_rows)
+    if ptr.numel() > 1:
+        bad = bad | (ptr[1:] < ptr[:-1]).any()
+    _deferred.report([bad], [(ValueError, f"pyg_fast: '{name}' must be non-decreasing from 0 to {num_rows} (the "
+                                          f"number of rows it splits)")])
+    return ptr.clone()
+
+
+@_checked_ptr.register_fake
+def _(ptr, num_rows, name):
+    return torch.empty_like(ptr)
+
+
+class SegmentLayout(NamedTuple):
+    """How E rows map onto segments: ``ptr`` [dim_size + 1] is the CSR pointer over the rows in
+    sorted order, ``perm`` [E] lists the rows in that order (None where the index was sorted)."""
+    ptr: Tensor
+    perm: Optional[Tensor]
+
+
+def checked_index(index: Tensor, size: int, name: str, size_name: str) -> Tensor:
+    """``index`` as int64, its values checked to lie in [0, size) (cached)."""
+    index = as_long(index)
+    return cached(index, ("checked", size, name), lambda: _checked_index(index, size, name, size_name))
+
+
+def coo_layout(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None, name: str = "index",
+               size_name: str = "dim_size") -> SegmentLayout:
+    """The CSR layout of a COO index (cached). ``is_sorted=True`` promises a sorted index (checked);
+    else it is sorted on the device, unless it is read on the CPU and found sorted there."""
+    index = as_long(index)
+
+    def compute():
+        known_sorted = bool(is_sorted)
+        if is_sorted is None and readable(index) and index.numel() > 1:
+            known_sorted = not bool((index[1:] < index[:-1]).any())
+        ptr, perm, _ = _csr_layout(index, dim_size, known_sorted, None, 0, f"{name}|{size_name}||")
+        return SegmentLayout(ptr, None if known_sorted else perm)
+
+    return cached(index, ("coo_layout", dim_size, is_sorted, name), compute)
+
+
+def grouped_edges(dst: Tensor, num_dst: int, src: Tensor, num_src: int, names: str,
+                  is_sorted: Optional[bool] = None) -> Tuple[Tensor, Optional[Tensor], Tensor]:
+    """(ptr, perm or None, src in destination order) of edges src -> dst, validated: the layout of
+    a gather-reduce. Not cached (the callers cache what they build from it). ``names`` as for
+    ``pyg_fast::csr_layout``."""
+    dst, src = as_long(dst), as_long(src)
+    known_sorted = bool(is_sorted)
+    if is_sorted is None and readable(dst) and dst.numel() > 1:
+        known_sorted = not bool((dst[1:] < dst[:-1]).any())
+    ptr, perm, src_sorted = _csr_layout(dst, num_dst, known_sorted, src, num_src, names)
+    return ptr, None if known_sorted else perm, src_sorted
+
+
+def ptr_layout(ptr: Tensor, num_rows: int, name: str = "ptr") -> SegmentLayout:
+    """A CSR pointer over ``num_rows`` rows, checked to run from 0 to num_rows (cached)."""
+    if ptr.dim() != 1 or ptr.numel() < 1:
+        raise ValueError(f"pyg_fast: '{name}' must be a non-empty 1-D tensor, got shape {tuple(ptr.shape)}")
+    ptr = as_long(ptr)
+    checked = cached(ptr, ("ptr_layout", num_rows, name), lambda: _checked_ptr(ptr, num_rows, name))
+    return SegmentLayout(checked, None)
+
+
+def segments(index: Optional[Tensor], ptr: Optional[Tensor], num_rows: int, num_segments: Optional[int],
+             device: torch.device, *, index_name: str = "index", size_name: str = "dim_size",
+             is_sorted: Optional[bool] = None) -> Tuple[SegmentLayout, int]:
+    """The layout and number of segments of the rows an op reduces, from a COO ``index`` (one
+    entry per row) or a CSR ``ptr`` (used if both are given). ``num_segments`` (the op's
+    ``size_name`` argument) defaults to what ``ptr`` says or to ``index.max() + 1`` (one host
+    synchronisation: pass it). A ``torch_geometric.Index`` says whether it is sorted where
+    ``is_sorted`` is None."""
+    from pyg_fast.ops._checks import check_index_tensor
+    if ptr is not None:
+        check_index_tensor(ptr, "ptr", None, device)
+        if num_segments is not None and num_segments != ptr.numel() - 1:
+            raise ValueError(f"pyg_fast: {size_name}={num_segments} does not match 'ptr' with {ptr.numel()} "
+                             f"entries (expected {size_name}={ptr.numel() - 1})")
+        return ptr_layout(ptr, num_rows), ptr.numel() - 1
+    if index is None:
+        raise ValueError(f"pyg_fast: pass '{index_name}' or 'ptr'")
+    check_index_tensor(index, index_name, num_rows, device)
+    if num_segments is None:
+        num_segments = int(index.max()) + 1 if index.numel() > 0 else 0
+    if num_segments < 0:
+        raise ValueError(f"pyg_fast: {size_name} must be non-negative, got {num_segments}")
+    if is_sorted is None:
+        is_sorted = getattr(index, "is_sorted", None) or None
+    return coo_layout(index, num_segments, is_sorted, index_name, size_name), num_segments
+
+
+def ptr_to_index(ptr: Tensor, num_rows: int) -> Tensor:
+    """Segment of every row covered by ``ptr`` (cached); [num_rows]."""
+    def compute():
+        return torch.repeat_interleave(torch.arange(ptr.numel() - 1, device=ptr.device), ptr.diff(),
+                                       output_size=num_rows)
+    return cached(ptr, ("ptr_to_index", num_rows), compute)
+
+
+class TransposedLayout(NamedTuple):
+    """The edges of a gather (src_index -> dst rows given by a CSR ptr) regrouped by source:
+    ``perm`` lists the edges sorted by source, ``ptr`` [num_src + 1] points into that order and
+    ``dst_index`` [E] is the destination of each edge in that order."""
+    perm: Tensor
+    ptr: Tensor
+    dst_index: Tensor
+
+
 def transposed_layout(src_index: Tensor, dst_ptr: Tensor, num_src: int) -> TransposedLayout:
     """Layout for the backward pass of a gather-reduce (cached on ``src_index``)."""
     def compute():
-        dst_index = ptr_to_index(dst_ptr, src_index.numel())
-        sorted_src, perm = torch.sort(src_index, stable=True)
-        ptr = torch._convert_indices_from_coo_to_csr(sorted_src, num_src)
-        return TransposedLayout(perm, ptr, dst_index.index_select(0, perm), _max_segment(ptr))
+        ptr, perm, dst_index = _csr_layout(src_index, num_src, False, ptr_to_index(dst_ptr, src_index.numel()),
+                                           dst_ptr.numel() - 1, "src_index|num_src|dst|num_dst")
+        return TransposedLayout(perm, ptr, dst_index)
 
     return cached_with(src_index, dst_ptr, ("transposed", num_src), compute)
 
@@ -283,26 +295,47 @@ def segment_sizes(ptr: Tensor, dtype: torch.dtype) -> Tensor:
     return cached(ptr, ("segment_sizes", dtype), lambda: ptr.diff().clamp_(min=1).to(dtype).unsqueeze(1))
 
 
-def uses(ptr: Tensor) -> int:
-    """Counts the reductions over the CSR pointer ``ptr`` (1 on its first; always 1 while tracing).
-
-    The schedule selector builds a graph-aware layout only for a graph seen again, so a graph
-    used once (a sampled mini-batch) never pays for preprocessing it cannot amortise.
-    """
-    counter = cached(ptr, ("uses",), lambda: [0])
-    counter[0] += 1
-    return counter[0]
+# Neighbour-group sizes the schedule table may ask for (powers of two; see tuning).
+GROUP_SIZES = (2, 4, 8, 16, 32, 64)
 
 
-def neighbor_groups(ptr: Tensor, group_size: int) -> Tensor:
-    """GNNAdvisor's neighbour-group table of the segments of ``ptr`` (cached on ``ptr``).
+class SegmentStats(NamedTuple):
+    """What the schedule of a reused graph depends on beyond its sizes: the longest segment and the
+    number of neighbour groups of each size in GROUP_SIZES."""
+    max_segment: int
+    num_groups: Dict[int, int]
+
+
+def segment_stats(ptr: Tensor) -> Optional[SegmentStats]:
+    """The :class:`SegmentStats` of a CUDA pointer in eager mode, once they reach the host: the
+    first call starts their computation and copy (no synchronisation) and returns None, as do the
+    calls before the copy lands; None under tracing."""
+    if not eager(ptr):
+        return None
+
+    def start():
+        counts = ptr.diff()
+        if counts.numel() == 0:
+            return _deferred.HostValue(torch.zeros(1 + len(GROUP_SIZES), dtype=torch.long, device=ptr.device))
+        groups = [counts.add(size - 1).div_(size, rounding_mode="floor").clamp_(min=1).sum() for size in GROUP_SIZES]
+        return _deferred.HostValue(torch.stack([counts.max()] + groups))
+
+    values = cached(ptr, ("stats",), start).get()
+    if values is None:
+        return None
+    return SegmentStats(values[0], dict(zip(GROUP_SIZES, values[1:])))
+
+
+def neighbor_groups(ptr: Tensor, group_size: int, num_groups: int) -> Tensor:
+    """GNNAdvisor's neighbour-group table of the segments of ``ptr`` (cached on ``ptr``), for
+    ``num_groups`` groups (from :func:`segment_stats`, so no synchronisation).
 
     Every segment is cut into groups of at most ``group_size`` consecutive rows, packed in
     segment order; an empty segment gets one group of no rows (the kernel then writes every
     segment in one launch). Returns ``[group_ptr (V + 1), group_start (G + 1), group_segment (G)]``
     concatenated (int64): segment ``r`` owns groups ``group_ptr[r]:group_ptr[r+1]`` and group
     ``g`` covers rows ``group_start[g]:group_start[g+1]`` of segment ``group_segment[g]``; the
-    layout the CUDA groups schedule reads. One host synchronisation (the number of groups).
+    layout the CUDA groups schedule reads.
     """
     if group_size < 1:
         raise ValueError(f"pyg_fast: the neighbour group size must be positive, got {group_size}")
@@ -311,7 +344,6 @@ def neighbor_groups(ptr: Tensor, group_size: int) -> Tensor:
         counts = ptr.diff()
         per_segment = counts.add(group_size - 1).div_(group_size, rounding_mode="floor").clamp_(min=1)
         group_ptr = torch.cat([ptr.new_zeros(1), per_segment.cumsum(0)])
-        num_groups = int(group_ptr[-1])
         group_segment = torch.repeat_interleave(torch.arange(counts.numel(), device=ptr.device), per_segment,
                                                 output_size=num_groups)
         rank = torch.arange(num_groups, device=ptr.device) - group_ptr[group_segment]

@@ -5,9 +5,8 @@ import torch
 from torch import Tensor
 
 from pyg_fast.ops import _layout
-from pyg_fast.ops._autograd import differentiable
 from pyg_fast.ops._checks import check_dim, check_float
-from pyg_fast.ops.index_segment_reduce import gather_rows
+from pyg_fast.ops._kernels import gather_rows
 
 
 def edge_softmax(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
@@ -29,37 +28,12 @@ def edge_softmax(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tens
     check_float(src, "src")
     dim = check_dim(src, dim, "src")
     num_edges = src.size(dim)
-    layout, _ = _layout.segments(index, ptr, num_edges, num_nodes, src.device, size_name="num_nodes",
-                                 covers_all=True)
+    layout, _ = _layout.segments(index, ptr, num_edges, num_nodes, src.device, size_name="num_nodes")
     moved = src.movedim(dim, 0)
     src2 = moved.reshape(num_edges, -1)
     if layout.perm is None:
-        out2 = edge_softmax_op(src2.contiguous(), layout.ptr, 0)
+        out2 = torch.ops.pyg_fast.edge_softmax(src2.contiguous(), layout.ptr, 0)
     else:
-        out_sorted = edge_softmax_op(gather_rows(src2, layout.perm), layout.ptr, 0)
+        out_sorted = torch.ops.pyg_fast.edge_softmax(gather_rows(src2, layout.perm).contiguous(), layout.ptr, 0)
         out2 = torch.empty_like(src2).index_copy(0, layout.perm, out_sorted)  # perm covers every edge
     return out2.view(moved.shape).movedim(0, dim)
-
-
-@torch.library.register_fake("pyg_fast::edge_softmax")
-def _(src, ptr, lanes=0):
-    return torch.empty_like(src)
-
-
-@torch.library.register_fake("pyg_fast::edge_softmax_backward")
-def _(out, grad_out, ptr, lanes=0):
-    return torch.empty_like(out)
-
-
-def _setup_context(ctx, inputs, output):
-    ptr = inputs[1]
-    ctx.lanes = inputs[2] if len(inputs) > 2 else 0
-    ctx.save_for_backward(output, ptr)
-
-
-def _backward(ctx, grad_out: Tensor):
-    out, ptr = ctx.saved_tensors
-    return torch.ops.pyg_fast.edge_softmax_backward(out, grad_out.contiguous(), ptr, ctx.lanes), None, None
-
-
-edge_softmax_op = differentiable("edge_softmax", _backward, _setup_context)

@@ -12,8 +12,8 @@ import torch
 from torch import Tensor
 
 from pyg_fast.ops import _layout
-from pyg_fast.ops._autograd import differentiable
 from pyg_fast.ops._checks import check_float, check_index_tensor
+from pyg_fast.ops._kernels import reduce_rows
 
 
 def segment_matmul(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Tensor] = None, *,
@@ -31,7 +31,8 @@ def segment_matmul(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Te
     True, or when it is None and ``torch.are_deterministic_algorithms_enabled()`` (read when the
     forward runs).
     """
-    plans = _layout.plans(ptr, inputs)
+    plans = _layout.cached(ptr, ("segmm_plans",), dict) if isinstance(ptr, Tensor) and \
+        _layout.eager(ptr, inputs) else None
     key = _plan_key(inputs, other, bias, deterministic) if plans is not None else None
     if key is not None:
         run = plans.get(key)
@@ -39,7 +40,9 @@ def segment_matmul(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Te
             return run(inputs, ptr, other, bias)
     run, final = _plan(inputs, ptr, other, bias, deterministic)
     if final and key is not None:
-        _layout.keep(plans, key, run)
+        if len(plans) >= 64:
+            plans.clear()
+        plans[key] = run
     return run(inputs, ptr, other, bias)
 
 
@@ -67,9 +70,9 @@ def _plan(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Tensor],
     and a :func:`_plan_key`-equal call (which then skips the checks and lookups)."""
     _check_args(inputs, ptr, other, bias)
     deterministic = _use_deterministic(deterministic)
-    if inputs.is_cuda and not _layout._compiling(inputs, other):
+    if inputs.is_cuda and _layout.eager(inputs, other):
         return _cuda_call(inputs, ptr, other, bias, deterministic)
-    ptr_long = _layout.ptr_layout(ptr, inputs.size(0), covers_all=True).ptr
+    ptr_long = _layout.ptr_layout(ptr, inputs.size(0)).ptr
     # A plan is cached on the ptr it was made for: it must not hold that tensor.
     held_ptr = None if ptr_long is ptr else ptr_long
 
@@ -133,7 +136,7 @@ def type_layout(types: Tensor, num_types: int, device: torch.device) -> Tuple[Te
     types = _layout.as_long(types)
 
     def compute():
-        layout = _layout.coo_layout(types, num_types)
+        layout = _layout.coo_layout(types, num_types, name="types", size_name="the number of types")
         if layout.perm is None:
             return layout.ptr, None, None
         perm = layout.perm.to(device)
@@ -175,14 +178,14 @@ def _backward(ctx, grad: Tensor):
     if needs[2]:
         grad_other = torch.ops.pyg_fast.segment_matmul_weight_grad(x, ptr, grad, _use_deterministic(ctx.deterministic))
     if len(needs) > 3 and needs[3]:
-        from pyg_fast.ops.segment_reduce import segment_reduce
         device_ptr = ptr if ptr.device == grad.device else _layout.cached(ptr, ("on", str(grad.device)),
                                                                            lambda: ptr.to(grad.device))
-        grad_bias = segment_reduce(grad, ptr=device_ptr, reduce="sum")
+        grad_bias = reduce_rows(grad.unsqueeze(0), _layout.SegmentLayout(device_ptr, None), "sum")[0]
     return (grad_x, None, grad_other, grad_bias, None)[:len(needs)]
 
 
-segment_matmul_op = differentiable("segment_matmul", _backward, _setup_context)
+torch.library.register_autograd("pyg_fast::segment_matmul", _backward, setup_context=_setup_context)
+segment_matmul_op = torch.ops.pyg_fast.segment_matmul.default
 
 
 class _EagerCUDA(torch.autograd.Function):
@@ -229,7 +232,7 @@ def _cuda_plan(ptr: Tensor, num_rows: int, device: torch.device):
     """The kernels' SegmentPlan of ``ptr``: validated and built once per ptr tensor, row count
     and device (one host synchronisation), then found with one cache lookup per call."""
     def compute():
-        _layout.ptr_layout(ptr, num_rows, covers_all=True)  # raises on an invalid ptr
+        _layout.ptr_layout(ptr, num_rows)  # reports an invalid ptr
         return _triton_kernels().SegmentPlan(ptr, device)
     return _layout.cached(ptr, ("segmm_plan", num_rows, device), compute)
 

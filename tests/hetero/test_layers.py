@@ -87,7 +87,7 @@ def test_rgcn_slice_is_cached_and_follows_edge_type_changes():
     assert_close(mine(x, edge_index, edge_type), ref(x, edge_index, edge_type), torch.float32)
     with pytest.raises(ValueError, match="does not describe this graph"):
         mine((x, x[:10]), edge_index % 10, edge_type, tensor_slice=first)
-    with pytest.raises(IndexError, match="'edge_type' holds values in"):
+    with pytest.raises(IndexError, match="'edge_type' holds values outside"):
         mine(x, edge_index, edge_type + 7)
 
 

@@ -317,7 +317,7 @@ def test_bad_inputs_raise_clear_errors():
         segment_matmul(x, ptr.float(), w)
     with pytest.raises(ValueError, match="'bias' must be \\[T, N\\]"):
         segment_matmul(x, ptr, w, torch.randn(2, 4))
-    with pytest.raises(IndexError, match="'index' holds values in \\[0, 7\\]"):
+    with pytest.raises(IndexError, match="'types' holds values outside \\[0, 2\\)"):
         gather_segment_matmul(x, torch.tensor([0, 1, 7, 0, 1]), w)
     # the raw op checks too (no crash when called directly)
     with pytest.raises(ValueError, match="'ptr' must start at 0"):

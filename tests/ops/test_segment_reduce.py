@@ -136,8 +136,10 @@ def test_bad_inputs_raise_clear_errors():
         pyg_fast.segment_reduce(src, index[:5], dim_size=4)
     with pytest.raises(ValueError, match="reduce"):
         pyg_fast.segment_reduce(src, index, dim_size=4, reduce="median")
-    with pytest.raises(ValueError, match="not sorted"):
+    with pytest.raises(ValueError, match="'ptr' must be non-decreasing from 0 to 6"):
         pyg_fast.segment_reduce(src, ptr=torch.tensor([0, 3, 2, 6]))
+    with pytest.raises(ValueError, match="'ptr' must be non-decreasing from 0 to 6"):  # the last row left out
+        pyg_fast.segment_reduce(src, ptr=torch.tensor([0, 2, 4, 5]))
     with pytest.raises(ValueError, match="dim_size"):
         pyg_fast.segment_reduce(src, ptr=torch.tensor([0, 3, 6]), dim_size=5)
     with pytest.raises(ValueError, match="declared sorted"):
@@ -314,16 +316,28 @@ def test_graph_aware_schedule_without_layout_raises():
         torch.ops.pyg_fast.segment_reduce(src, ptr, "sum", [4, 2, 1, 64, 0], torch.zeros(5, dtype=torch.long, device="cuda"))
 
 
-def test_device_launch_memo_matches_selection():
-    """A device launch is memoised with its CSR pointer once graph-aware schedules are allowed
-    there, and the memo gives what selection gives (CPU tensors stand in for device ones)."""
+@pytest.mark.skipif("cuda" not in DEVICES, reason="needs CUDA")
+def test_reused_graph_gets_the_measured_launch():
+    """A graph reused on CUDA is reduced with the size-only choice until its statistics reach the
+    host (no synchronisation), then with the table's choice for its skew and layout, kept with the
+    pointer; every call gives the reference's numbers."""
     from pyg_fast import tuning
-    ptr, values = torch.tensor([0, 3, 3, 10, 12]), torch.randn(12, 8)
-    args = (values, ptr, 12, True, 2, True, 7)
-    assert tuning._device_launch(*args) == tuning._resolve_launch(*args, graph_aware=False, tracing=False)
-    second = tuning._device_launch(*args)
-    assert second == tuning._resolve_launch(*args, graph_aware=True, tracing=False)
-    assert tuning._device_launch(*args) is second
+    index = random_index(5000, 300, "cuda", huge_segment=True)
+    ptr = torch._convert_indices_from_coo_to_csr(index, 300)
+    src = torch.randn(5000, 16, device="cuda")
+    ref = scatter_reference(src, index, 300, "sum")
+    launches = [tuning.segment_launch(src.view(1, 5000, 16), ptr, 5000) for _ in range(tuning.STATS_AFTER_USES)]
+    assert all(launch == tuning.AUTO for launch in launches)  # statistics started on the last one
+    torch.cuda.synchronize()
+    measured = tuning.segment_launch(src.view(1, 5000, 16), ptr, 5000)
+    stats = pyg_fast.ops._layout.segment_stats(ptr)
+    assert stats is not None and stats.max_segment == int(ptr.diff().max())
+    expected = tuning.choose(5000, 300, 16, 4, False, 16, stats.max_segment, graph_aware=True)
+    assert list(measured.config) == [tuning.SCHEDULES[expected["schedule"]], expected["lanes"], expected["vec"],
+                                     expected["threads"], expected["chunk"]]
+    assert tuning.segment_launch(src.view(1, 5000, 16), ptr, 5000) is measured
+    for _ in range(2):
+        assert_close(pyg_fast.segment_reduce(src, ptr=ptr), ref, torch.float32)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -1,5 +1,7 @@
 """The schedule selector and the per-graph layouts of the graph-aware schedules (CPU-checkable
 parts; the CUDA kernels that read the layouts are tested in tests/ops on the GPU)."""
+import json
+
 import pytest
 import torch
 
@@ -22,14 +24,16 @@ def groups_reference(ptr: list, group_size: int):
 def test_neighbor_groups_match_reference(group_size):
     degrees = torch.tensor([0, 5, 0, 0, 37, 1, 2, 0, 16])
     ptr = torch.cat([torch.zeros(1, dtype=torch.long), degrees.cumsum(0)]) + 4  # need not start at 0
-    table = _layout.neighbor_groups(ptr, group_size)
-    assert table.tolist() == groups_reference(ptr.tolist(), group_size)
-    assert _layout.neighbor_groups(ptr, group_size) is table  # built once per graph
+    expected = groups_reference(ptr.tolist(), group_size)
+    num_groups = (len(expected) - len(degrees) - 2) // 2
+    table = _layout.neighbor_groups(ptr, group_size, num_groups)
+    assert table.tolist() == expected
+    assert _layout.neighbor_groups(ptr, group_size, num_groups) is table  # built once per graph
 
 
 def test_neighbor_groups_rejects_bad_size():
     with pytest.raises(ValueError, match="group size"):
-        _layout.neighbor_groups(torch.tensor([0, 3]), 0)
+        _layout.neighbor_groups(torch.tensor([0, 3]), 0, 1)
 
 
 def test_balanced_order_sorts_by_decreasing_length():
@@ -39,29 +43,20 @@ def test_balanced_order_sorts_by_decreasing_length():
     assert order.tolist() == [2, 4, 0, 3, 1, 5]  # stable among equal lengths
 
 
-def test_uses_counts_per_pointer():
-    ptr, other = torch.tensor([0, 1, 3]), torch.tensor([0, 1, 3])
-    assert [_layout.uses(ptr), _layout.uses(ptr), _layout.uses(other)] == [1, 2, 1]
-
-
-def test_gnnadvisor_model():
-    assert tuning.advisor_group_size(1000, 100) == 8  # mean degree 10 -> 8
-    assert tuning.advisor_group_size(10, 100) == 2 and tuning.advisor_group_size(10**7, 10) == 64
-    assert tuning.advisor_lanes(96, 1) == 32 and tuning.advisor_lanes(64, 4) == 4 and tuning.advisor_lanes(4, 4) == 1
-
-
 @pytest.fixture
-def table(monkeypatch):
-    """A rules table with one input whose best schedule is graph-aware."""
+def table(tmp_path):
+    """A rules table with one input whose best schedule is graph-aware, loaded into the selector
+    (the shipped table is loaded back afterwards)."""
     rules = {"source": "test table", "weights": [1.0] * 6,
              "default": dict(schedule="row", max_lanes=32, threads=256, chunk=256),
              "table": [{"features": [20, 3, 5, 4, 1, 1],
                         "params": dict(schedule="groups", max_lanes=0, threads=128, chunk=0),
                         "geot_params": dict(schedule="chunk", max_lanes=32, threads=128, chunk=64)}]}
-    monkeypatch.setattr(tuning, "rules", lambda: rules)
-    tuning._choose_from_table.cache_clear()
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps(rules))
+    tuning.load_rules(str(path))
     yield rules
-    tuning._choose_from_table.cache_clear()
+    tuning.load_rules()
 
 
 def test_selector_uses_graph_aware_only_with_a_layout(table):
@@ -75,6 +70,19 @@ def test_selector_uses_graph_aware_only_with_a_layout(table):
     assert "groups" in text and "test table" in text and "graph-aware layouts allowed" in text
 
 
+def test_gnnadvisor_group_size_follows_the_mean_degree(table):
+    def group_size(num_rows, num_segments):
+        return tuning.choose(num_rows, num_segments, 48, 4, True, 48, 40, graph_aware=True)["chunk"]
+    assert group_size(1000, 100) == 8  # mean degree 10 -> 8
+    assert group_size(10, 100) == 2 and group_size(10**7, 10) == 64
+
+
+def test_features_are_the_table_coordinates():
+    f = tuning.features(1024, 64, 32, 2, True, 64)
+    assert f == pytest.approx([10.0, 4.0, 5.0, 2.0, 1.0, 2.0])  # skew = 64 / 16
+    assert tuning.features(1024, 64, 32, 2, False, None)[5] == pytest.approx(6.0)  # unknown: 64
+
+
 def test_override_wins_and_resolves(table):
     tuning.set_override(dict(schedule="balanced", max_lanes=32, threads=64, chunk=0))
     try:
@@ -86,7 +94,7 @@ def test_override_wins_and_resolves(table):
 
 def test_cpu_takes_no_config():
     values, ptr = torch.randn(5, 3), torch.tensor([0, 2, 5])
-    assert tuning.segment_launch(values, ptr, 5) == tuning.CPU_LAUNCH
+    assert tuning.segment_launch(values, ptr, 5) == tuning.AUTO
 
 
 def test_shipped_rules_name_known_schedules():

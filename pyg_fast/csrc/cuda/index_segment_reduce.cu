@@ -48,7 +48,7 @@ at::Tensor index_segment_reduce(const at::Tensor& x, const at::Tensor& src_index
   auto out = at::empty({V, F}, x.options());
   if (out.numel() == 0) return out;
   if (E == 0) return out.zero_();
-  SegmentConfig c = SegmentConfig::parse(config, F, head_dim, x.element_size());
+  SegmentConfig c = SegmentConfig::resolve(config, {E, V, F, x.element_size(), true, head_dim, -1, false});
   c.align_to({x.const_data_ptr(), out.const_data_ptr()}, x.element_size());
   const GraphLayout layout = GraphLayout::parse(c, schedule_data, V, x);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "index_segment_reduce", [&] {
@@ -74,7 +74,7 @@ at::Tensor index_segment_reduce_extremum_backward(const at::Tensor& grad_out, co
   auto grad_msg = at::zeros({E, F}, x.options());
   if (grad_msg.numel() == 0 || V == 0) return grad_msg;
   const at::Tensor g = grad_out.contiguous(), best = out.contiguous();
-  SegmentConfig c = SegmentConfig::parse({}, F, head_dim, x.element_size());
+  SegmentConfig c = SegmentConfig::plain(F, head_dim, x.element_size());
   c.align_to({x.const_data_ptr(), g.const_data_ptr(), best.const_data_ptr(), grad_msg.const_data_ptr()},
              x.element_size());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(),

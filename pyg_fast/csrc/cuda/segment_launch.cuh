@@ -19,11 +19,12 @@
 
 namespace pyg_fast::cuda {
 
-enum class Schedule : int64_t { Row = 0, Chunk = 1, RowParallel = 2, Groups = 3, Balanced = 4, Edges = 5 };
+using tuning::Schedule;
 
-// Layout of the int[] config argument (kept in sync with pyg_fast/tuning/__init__.py):
-// [schedule, lanes per group, vector width, threads per block, rows per chunk (chunk, edges) or per
-// neighbour group (groups; the layout holds the groups, this only names it)]; [] = defaults.
+// Layout of the int[] config argument (tuning::Config): [schedule, lanes per group, vector width,
+// threads per block, rows per chunk (chunk, edges) or per neighbour group (groups; the layout holds
+// the groups, this only names it)]. An empty config means "choose from the sizes" (tuning::choose
+// without a per-graph layout): what torch.compile, traces and graphs seen once get.
 struct SegmentConfig {
   Schedule schedule = Schedule::Row;
   int lanes = 32;
@@ -31,17 +32,29 @@ struct SegmentConfig {
   int threads = 256;
   int64_t chunk = 256;
 
+  // One group of lanes per row over the features (the backward kernels' layout).
+  static SegmentConfig plain(int64_t num_features, int64_t feature_block, int64_t element_size) {
+    SegmentConfig c;
+    c.vec = static_cast<int>(16 / element_size);
+    while (c.vec > 1 && (num_features % c.vec || feature_block % c.vec)) c.vec /= 2;
+    c.lanes = 1;
+    while (c.lanes < 32 && static_cast<int64_t>(c.lanes) * c.vec < num_features) c.lanes *= 2;
+    return c;
+  }
+
+  // The forward launch of an input: `config` as given, or the table's choice for its sizes.
+  static SegmentConfig resolve(c10::IntArrayRef config, const tuning::Input& input) {
+    if (config.empty()) {
+      const tuning::Config chosen = tuning::choose(input);
+      return parse(chosen, input.num_features, input.feature_block, input.element_size);
+    }
+    return parse(config, input.num_features, input.feature_block, input.element_size);
+  }
+
   // `feature_block` must be a multiple of the vector width (a head's size for weighted gathers).
   static SegmentConfig parse(c10::IntArrayRef config, int64_t num_features, int64_t feature_block,
                              int64_t element_size) {
     SegmentConfig c;
-    if (config.empty()) {
-      c.vec = static_cast<int>(16 / element_size);
-      while (c.vec > 1 && (num_features % c.vec || feature_block % c.vec)) c.vec /= 2;
-      c.lanes = 1;
-      while (c.lanes < 32 && static_cast<int64_t>(c.lanes) * c.vec < num_features) c.lanes *= 2;
-      return c;
-    }
     PF_CHECK_VALUE(config.size() == 5, "pyg_fast: a segment config has 5 entries, got ", config.size());
     c.schedule = static_cast<Schedule>(config[0]);
     c.lanes = static_cast<int>(config[1]);

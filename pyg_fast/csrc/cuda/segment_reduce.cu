@@ -19,7 +19,7 @@ at::Tensor segment_reduce(const at::Tensor& src, const at::Tensor& ptr, c10::str
   auto out = at::empty({B, V, F}, src.options());
   if (out.numel() == 0) return out;
   if (E == 0) return out.zero_();  // every segment is empty
-  SegmentConfig c = SegmentConfig::parse(config, F, F, src.element_size());
+  SegmentConfig c = SegmentConfig::resolve(config, {E, V, F, src.element_size(), false, F, -1, false});
   c.align_to({src.const_data_ptr(), out.const_data_ptr()}, src.element_size());
   const GraphLayout layout = GraphLayout::parse(c, schedule_data, V, src);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "segment_reduce", [&] {
@@ -47,7 +47,7 @@ at::Tensor segment_reduce_backward(const at::Tensor& grad_out, const std::option
   if (grad_src.numel() == 0 || V == 0) return grad_src;
   const at::Tensor src = extremum ? src_opt->contiguous() : grad_out;
   const at::Tensor out = extremum ? out_opt->contiguous() : grad_out;
-  SegmentConfig c = SegmentConfig::parse({}, F, F, grad_out.element_size());
+  SegmentConfig c = SegmentConfig::plain(F, F, grad_out.element_size());
   c.align_to({grad_out.const_data_ptr(), src.const_data_ptr(), out.const_data_ptr(), grad_src.const_data_ptr()},
              grad_out.element_size());
   auto stream = c10::cuda::getCurrentCUDAStream();

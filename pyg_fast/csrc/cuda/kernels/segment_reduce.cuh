@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "../../common/reduce.h"
+#include "../../tuning/segment_schedule.h"
 
 namespace pyg_fast::cuda {
 
@@ -701,7 +702,7 @@ __global__ void segment_groups_kernel(const int64_t* __restrict__ ptr, const int
 // of the tile. Each thread holds kBalancedTile output vectors strided by lanes * VEC features (1-D
 // strided register tiling), so one walk over the rows covers kBalancedTile * lanes * VEC features; a
 // shuffle tree over the edge lanes combines them. Each segment is written once: deterministic.
-constexpr int kBalancedTile = 2;  // pyg_fast/tuning/__init__.py sizes lanes with it
+using tuning::kBalancedTile;
 constexpr int kMaxWarpsPerBlock = 32;
 
 // Folds UNROLL staged rows t, t + step, ... into the kBalancedTile vectors of acc.

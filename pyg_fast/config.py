@@ -1,0 +1,35 @@
+"""User settings of pyg_fast, in one object: ``pyg_fast.config``.
+
+``validate``
+    How index values are checked on CUDA. ``"async"`` (the default): the checks run on the
+    device and their result is copied to the host behind the kernels, with no host
+    synchronisation; a failed check raises at the first pyg_fast call that finds the copy
+    landed (usually the next layer, the next step at the latest), or at
+    :func:`pyg_fast.check_errors`. Until then the kernels skip out-of-range rows: they never
+    read or write out of bounds, but that call's output is wrong. ``"sync"``: the checks wait
+    for the device and raise at the call that received the bad index (one synchronisation per
+    new graph; use it to find the call). On the CPU checks always raise at the call.
+
+``tuning_rules``
+    Path of the measured schedule table the CUDA segment kernels choose from (``None``: the
+    table shipped in ``pyg_fast/tuning/rules.json``). Takes effect through
+    :func:`pyg_fast.tuning.load_rules`.
+"""
+from dataclasses import dataclass
+from typing import Optional
+
+VALIDATE_MODES = ("async", "sync")
+
+
+@dataclass
+class Config:
+    validate: str = "async"
+    tuning_rules: Optional[str] = None
+
+    def __setattr__(self, name, value):
+        if name == "validate" and value not in VALIDATE_MODES:
+            raise ValueError(f"pyg_fast: config.validate must be one of {VALIDATE_MODES}, got {value!r}")
+        super().__setattr__(name, value)
+
+
+config = Config()
