@@ -1,34 +1,11 @@
 """``pyg_fast.patch()``: a reversible, global switch that routes PyG's own aggregation
 (``torch_geometric.nn.aggr.Aggregation.reduce``, reached by every MessagePassing layer with
-a basic aggregation) through pyg_fast's segment kernels."""
-from typing import Optional
-
-import torch
-from torch import Tensor
+a basic aggregation) through :func:`pyg_fast.aggr.reduce`, pyg_fast's segment kernels."""
 from torch_geometric.nn.aggr import Aggregation
-from torch_geometric.nn.aggr.base import expand_left
-from torch_geometric.utils import scatter, segment
 
-from pyg_fast.ops.segment_reduce import segment_reduce
+from pyg_fast.aggr import reduce
 
 _ORIGINAL_REDUCE = Aggregation.reduce
-_KERNEL_REDUCES = ("sum", "add", "mean", "max", "min")
-
-
-def reduce(self, x: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
-           dim_size: Optional[int] = None, dim: int = -2, reduce: str = 'sum') -> Tensor:
-    if torch.jit.is_scripting():  # PyG's own body: scripted modules cannot call Python kernels
-        if ptr is not None and (index is None or self._deterministic):
-            ptr = expand_left(ptr, dim, dims=x.dim())
-            return segment(x, ptr, reduce=reduce)
-        if index is None:
-            raise RuntimeError("Aggregation requires 'index' to be specified")
-        return scatter(x, index, dim, dim_size, reduce)
-    if reduce not in _KERNEL_REDUCES or not x.is_floating_point() or (index is None and ptr is None):
-        return _ORIGINAL_REDUCE(self, x, index, ptr, dim_size, dim, reduce)
-    if ptr is not None and ptr.dim() == 1:
-        return segment_reduce(x, ptr=ptr, dim_size=dim_size, reduce=reduce, dim=dim)
-    return segment_reduce(x, index=index, dim_size=dim_size, reduce=reduce, dim=dim)
 
 
 class PatchHandle:

@@ -1,32 +1,64 @@
-"""Drop-in replacements for PyG's basic aggregations, running on pyg_fast's segment kernels.
+"""Drop-in replacements for PyG's basic aggregations, running on pyg_fast's segment kernels,
+and :func:`reduce`, the one reduction entry they and :func:`pyg_fast.patch` share.
 
 Each class subclasses PyG's class of the same name (so ``isinstance``, ``repr``
-and the ``Aggregation`` contract hold) and replaces only ``reduce``: sorted
-indices and CSR pointers go straight to the kernels, unsorted ones are sorted
-once per index tensor. Use them as ``aggr=`` in any ``MessagePassing`` layer::
+and the ``Aggregation`` contract hold) and replaces only ``reduce``: indices in any
+order and CSR pointers go to the kernels (an index is grouped on its device, once per
+index tensor in eager mode). Use them as ``aggr=`` in any ``MessagePassing`` layer::
 
     conv = SAGEConv(16, 32, aggr=pyg_fast.aggr.MeanAggregation())
+
+Under ``torch.jit.script`` a module holding one scripts PyG's class instead (same state),
+and under ``torch.jit.trace`` the reduction takes PyG's path: both record PyG's
+operations, whose sizes follow the inputs.
 """
+import copy
 from typing import Optional
 
+import torch
 import torch_geometric.nn.aggr as pyg_aggr
 from torch import Tensor
+from torch_geometric.nn.aggr.base import expand_left
+from torch_geometric.utils import scatter, segment
 
 from pyg_fast.ops.segment_reduce import segment_reduce
 
+_KERNEL_REDUCES = ("sum", "add", "mean", "max", "min")
+
+
+def reduce(self, x: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
+           dim_size: Optional[int] = None, dim: int = -2, reduce: str = "sum") -> Tensor:
+    """PyG's ``Aggregation.reduce`` (same signature and results) on pyg_fast's segment kernels
+    for sum, mean, max and min of floating-point values; PyG's own body otherwise, while
+    scripting and while tracing."""
+    if not torch.jit.is_scripting():  # TorchScript compiles only PyG's body below
+        if _on_kernels(x, index, ptr, reduce):
+            return segment_reduce(x, index=index if ptr is None else None, ptr=ptr, dim_size=dim_size,
+                                  reduce=reduce, dim=dim)
+    if ptr is not None and (index is None or self._deterministic):
+        ptr = expand_left(ptr, dim, dims=x.dim())
+        return segment(x, ptr, reduce=reduce)
+    if index is None:
+        raise RuntimeError("Aggregation requires 'index' to be specified")
+    return scatter(x, index, dim, dim_size, reduce)
+
+
+def _on_kernels(x: Tensor, index: Optional[Tensor], ptr: Optional[Tensor], reduce: str) -> bool:
+    """Whether :func:`reduce` runs pyg_fast's kernels: a basic reduction of floating-point values
+    by an index or a 1-D pointer, not traced (a trace would hold the example's sizes where they
+    reach the kernels; PyG's path records them as they flow)."""
+    return (reduce in _KERNEL_REDUCES and x.is_floating_point() and (index is not None or ptr is not None)
+            and (ptr is None or ptr.dim() == 1) and not torch.jit.is_tracing())
+
 
 class _SegmentReduce:
-    """Mixin: PyG's ``Aggregation.reduce`` through ``pyg_fast.segment_reduce``."""
+    """Mixin: ``reduce`` above; TorchScript gets a copy of PyG's class holding the same state."""
+    reduce = reduce
 
-    def reduce(self, x: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
-               dim_size: Optional[int] = None, dim: int = -2, reduce: str = "sum") -> Tensor:
-        if ptr is not None:
-            if ptr.dim() != 1:
-                raise ValueError(f"pyg_fast: aggregation takes a 1-D 'ptr', got shape {tuple(ptr.shape)}")
-            return segment_reduce(x, ptr=ptr, dim_size=dim_size, reduce=reduce, dim=dim)
-        if index is None:
-            raise ValueError("pyg_fast: aggregation needs 'index' or 'ptr'")
-        return segment_reduce(x, index=index, dim_size=dim_size, reduce=reduce, dim=dim)
+    def __prepare_scriptable__(self):
+        twin = copy.copy(self)
+        twin.__class__ = type(self).__mro__[type(self).__mro__.index(_SegmentReduce) + 1]
+        return twin
 
 
 class SumAggregation(_SegmentReduce, pyg_aggr.SumAggregation):
@@ -57,4 +89,4 @@ def resolve(name: str) -> pyg_aggr.Aggregation:
     return _BY_NAME[key]()
 
 
-__all__ = ["SumAggregation", "MeanAggregation", "MaxAggregation", "MinAggregation", "resolve"]
+__all__ = ["SumAggregation", "MeanAggregation", "MaxAggregation", "MinAggregation", "reduce", "resolve"]

@@ -25,8 +25,10 @@ class FusedLayer:
     ``PyGClass.forward`` whenever PyG's message-level machinery must run."""
 
     def _pyg_path_required(self) -> bool:
-        """True under explain, decomposed_layers > 1 or with any message passing hook."""
-        if self.explain or self.decomposed_layers > 1:
+        """True under explain, decomposed_layers > 1, with any message passing hook, and under
+        torch.jit.trace (whose graph would hold the example's sizes as constants where they reach
+        the kernels; PyG's path traces them)."""
+        if self.explain or self.decomposed_layers > 1 or torch.jit.is_tracing():
             return True
         for name in _HOOK_DICTS:  # a plain loop: half the time of any() over a generator
             if getattr(self, name):

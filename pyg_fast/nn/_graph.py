@@ -81,7 +81,8 @@ def by_destination(edge_index: Tensor, num_src: int, num_dst: int, flow: str,
 
     def compute() -> Graph:
         names = f"edge_index[{i}]|the number of target nodes|edge_index[{j}]|the number of source nodes"
-        ptr, perm, src = _layout.grouped_edges(edge_index[i], num_dst, edge_index[j], num_src, names, is_sorted)
+        ptr, perm, src = _layout.grouped_edges(edge_index[i], num_dst, edge_index[j],
+                                               _layout.rows_of(num_src, edge_index.device), names, is_sorted)
         return Graph(src, ptr, perm)
 
     return _layout.cached(edge_index, ("by_destination", num_src, num_dst, flow, is_sorted), compute)

@@ -119,12 +119,15 @@ def _range_message(name: str, size, size_name: str) -> _deferred.Message:
     return IndexError, f"pyg_fast: '{name}' holds values outside [0, {size}) ({size_name})"
 
 
+# Bounds that derive from another tensor's shape travel as that tensor and a dimension: an int
+# argument of a dispatcher call is recorded as a constant by torch.jit.trace, a tensor is not.
 @torch.library.custom_op("pyg_fast::csr_layout", mutates_args=())
-def _csr_layout(index: Tensor, num_segments: int, is_sorted: bool, src: Optional[Tensor], num_src: int,
-                names: str) -> Tuple[Tensor, Tensor, Tensor]:
+def _csr_layout(index: Tensor, num_segments: int, is_sorted: bool, src: Optional[Tensor],
+                src_bound: Optional[Tensor], names: str) -> Tuple[Tensor, Tensor, Tensor]:
     """(ptr [num_segments + 1], perm [E] (empty where ``is_sorted``), src[perm] [E] (empty without
-    ``src``)): the rows of ``index`` grouped by value with a stable sort, validated. ``names``:
-    'index name|size name|src name|src size name' for the messages."""
+    ``src``)): the rows of ``index`` grouped by value with a stable sort, validated (``src``
+    against [0, src_bound.size(0)) where ``src_bound`` is given). ``names``: 'index name|size
+    name|src name|src size name' for the messages."""
     index_name, size_name, src_name, src_size_name = names.split("|")
     flags, messages = [], []
     if is_sorted:
@@ -141,36 +144,38 @@ def _csr_layout(index: Tensor, num_segments: int, is_sorted: bool, src: Optional
     messages.append(_range_message(index_name, num_segments, size_name))
     src_sorted = index.new_empty(0)
     if src is not None:
-        flags.append(_out_of_range(src, num_src))
-        messages.append(_range_message(src_name, num_src, src_size_name))
-        src_sorted = src if is_sorted else src.index_select(0, perm)
-        src_sorted = src_sorted.contiguous() if src_sorted is not src else src.clone()
+        if src_bound is not None:
+            flags.append(_out_of_range(src, src_bound.size(0)))
+            messages.append(_range_message(src_name, src_bound.size(0), src_size_name))
+        src_sorted = src.clone() if is_sorted else src.index_select(0, perm)
     _deferred.report(flags, messages)
     return ptr, perm, src_sorted
 
 
 @_csr_layout.register_fake
-def _(index, num_segments, is_sorted, src, num_src, names):
+def _(index, num_segments, is_sorted, src, src_bound, names):
     E = index.numel()
     return (index.new_empty(num_segments + 1), index.new_empty(0 if is_sorted else E),
             index.new_empty(0 if src is None else E))
 
 
 @torch.library.custom_op("pyg_fast::checked_index", mutates_args=())
-def _checked_index(index: Tensor, size: int, name: str, size_name: str) -> Tensor:
-    """A copy of ``index`` whose values are checked to lie in [0, size)."""
+def _checked_index(index: Tensor, bound: Tensor, dim: int, name: str, size_name: str) -> Tensor:
+    """A copy of ``index`` whose values are checked to lie in [0, bound.size(dim))."""
+    size = bound.size(dim)
     _deferred.report([_out_of_range(index, size)], [_range_message(name, size, size_name)])
     return index.clone()
 
 
 @_checked_index.register_fake
-def _(index, size, name, size_name):
+def _(index, bound, dim, name, size_name):
     return torch.empty_like(index)
 
 
 @torch.library.custom_op("pyg_fast::checked_ptr", mutates_args=())
-def _checked_ptr(ptr: Tensor, num_rows: int, name: str) -> Tensor:
-    """A copy of the CSR pointer ``ptr``, checked to run non-decreasing from 0 to ``num_rows``."""
+def _checked_ptr(ptr: Tensor, rows: Tensor, dim: int, name: str) -> Tensor:
+    """A copy of the CSR pointer ``ptr``, checked to run non-decreasing from 0 to rows.size(dim)."""
+    num_rows = rows.size(dim)
     bad = (ptr[0] != 0) | (ptr[-1] != num_rows)
     if ptr.numel() > 1:
         bad = bad | (ptr[1:] < ptr[:-1]).any()
@@ -180,8 +185,13 @@ def _checked_ptr(ptr: Tensor, num_rows: int, name: str) -> Tensor:
 
 
 @_checked_ptr.register_fake
-def _(ptr, num_rows, name):
+def _(ptr, rows, dim, name):
     return torch.empty_like(ptr)
+
+
+def rows_of(num_rows: int, device: torch.device) -> Tensor:
+    """An empty [num_rows, 0] tensor: a bound of the preparation ops given as a number."""
+    return torch.empty((num_rows, 0), device=device)
 
 
 class SegmentLayout(NamedTuple):
@@ -191,10 +201,11 @@ class SegmentLayout(NamedTuple):
     perm: Optional[Tensor]
 
 
-def checked_index(index: Tensor, size: int, name: str, size_name: str) -> Tensor:
-    """``index`` as int64, its values checked to lie in [0, size) (cached)."""
+def checked_index(index: Tensor, bound: Tensor, dim: int, name: str, size_name: str) -> Tensor:
+    """``index`` as int64, its values checked to lie in [0, bound.size(dim)) (cached)."""
     index = as_long(index)
-    return cached(index, ("checked", size, name), lambda: _checked_index(index, size, name, size_name))
+    return cached(index, ("checked", bound.size(dim), name),
+                  lambda: _checked_index(index, bound.detach(), dim, name, size_name))
 
 
 def coo_layout(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None, name: str = "index",
@@ -207,52 +218,53 @@ def coo_layout(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None, n
         known_sorted = bool(is_sorted)
         if is_sorted is None and readable(index) and index.numel() > 1:
             known_sorted = not bool((index[1:] < index[:-1]).any())
-        ptr, perm, _ = _csr_layout(index, dim_size, known_sorted, None, 0, f"{name}|{size_name}||")
+        ptr, perm, _ = _csr_layout(index, dim_size, known_sorted, None, None, f"{name}|{size_name}||")
         return SegmentLayout(ptr, None if known_sorted else perm)
 
     return cached(index, ("coo_layout", dim_size, is_sorted, name), compute)
 
 
-def grouped_edges(dst: Tensor, num_dst: int, src: Tensor, num_src: int, names: str,
+def grouped_edges(dst: Tensor, num_dst: int, src: Tensor, src_bound: Tensor, names: str,
                   is_sorted: Optional[bool] = None) -> Tuple[Tensor, Optional[Tensor], Tensor]:
-    """(ptr, perm or None, src in destination order) of edges src -> dst, validated: the layout of
-    a gather-reduce. Not cached (the callers cache what they build from it). ``names`` as for
-    ``pyg_fast::csr_layout``."""
+    """(ptr, perm or None, src in destination order) of edges src -> dst, validated (sources
+    against [0, src_bound.size(0))): the layout of a gather-reduce. Not cached (the callers cache
+    what they build from it). ``names`` as for ``pyg_fast::csr_layout``."""
     dst, src = as_long(dst), as_long(src)
     known_sorted = bool(is_sorted)
     if is_sorted is None and readable(dst) and dst.numel() > 1:
         known_sorted = not bool((dst[1:] < dst[:-1]).any())
-    ptr, perm, src_sorted = _csr_layout(dst, num_dst, known_sorted, src, num_src, names)
+    ptr, perm, src_sorted = _csr_layout(dst, num_dst, known_sorted, src, src_bound.detach(), names)
     return ptr, None if known_sorted else perm, src_sorted
 
 
-def ptr_layout(ptr: Tensor, num_rows: int, name: str = "ptr") -> SegmentLayout:
-    """A CSR pointer over ``num_rows`` rows, checked to run from 0 to num_rows (cached)."""
+def ptr_layout(ptr: Tensor, rows: Tensor, dim: int, name: str = "ptr") -> SegmentLayout:
+    """A CSR pointer over the rows of ``rows`` along ``dim``, checked to run from 0 to their
+    number (cached)."""
     if ptr.dim() != 1 or ptr.numel() < 1:
         raise ValueError(f"pyg_fast: '{name}' must be a non-empty 1-D tensor, got shape {tuple(ptr.shape)}")
     ptr = as_long(ptr)
-    checked = cached(ptr, ("ptr_layout", num_rows, name), lambda: _checked_ptr(ptr, num_rows, name))
+    checked = cached(ptr, ("ptr_layout", rows.size(dim), name), lambda: _checked_ptr(ptr, rows.detach(), dim, name))
     return SegmentLayout(checked, None)
 
 
-def segments(index: Optional[Tensor], ptr: Optional[Tensor], num_rows: int, num_segments: Optional[int],
-             device: torch.device, *, index_name: str = "index", size_name: str = "dim_size",
+def segments(index: Optional[Tensor], ptr: Optional[Tensor], rows: Tensor, dim: int, num_segments: Optional[int],
+             *, index_name: str = "index", size_name: str = "dim_size",
              is_sorted: Optional[bool] = None) -> Tuple[SegmentLayout, int]:
-    """The layout and number of segments of the rows an op reduces, from a COO ``index`` (one
-    entry per row) or a CSR ``ptr`` (used if both are given). ``num_segments`` (the op's
+    """The layout and number of segments of the rows of ``rows`` along ``dim`` that an op reduces,
+    from a COO ``index`` (one entry per row) or a CSR ``ptr`` (used if both are given). ``num_segments`` (the op's
     ``size_name`` argument) defaults to what ``ptr`` says or to ``index.max() + 1`` (one host
     synchronisation: pass it). A ``torch_geometric.Index`` says whether it is sorted where
     ``is_sorted`` is None."""
     from pyg_fast.ops._checks import check_index_tensor
     if ptr is not None:
-        check_index_tensor(ptr, "ptr", None, device)
+        check_index_tensor(ptr, "ptr", None, rows.device)
         if num_segments is not None and num_segments != ptr.numel() - 1:
             raise ValueError(f"pyg_fast: {size_name}={num_segments} does not match 'ptr' with {ptr.numel()} "
                              f"entries (expected {size_name}={ptr.numel() - 1})")
-        return ptr_layout(ptr, num_rows), ptr.numel() - 1
+        return ptr_layout(ptr, rows, dim), ptr.numel() - 1
     if index is None:
         raise ValueError(f"pyg_fast: pass '{index_name}' or 'ptr'")
-    check_index_tensor(index, index_name, num_rows, device)
+    check_index_tensor(index, index_name, rows.size(dim), rows.device)
     if num_segments is None:
         num_segments = int(index.max()) + 1 if index.numel() > 0 else 0
     if num_segments < 0:
@@ -283,7 +295,7 @@ def transposed_layout(src_index: Tensor, dst_ptr: Tensor, num_src: int) -> Trans
     """Layout for the backward pass of a gather-reduce (cached on ``src_index``)."""
     def compute():
         ptr, perm, dst_index = _csr_layout(src_index, num_src, False, ptr_to_index(dst_ptr, src_index.numel()),
-                                           dst_ptr.numel() - 1, "src_index|num_src|dst|num_dst")
+                                           None, "src_index|the number of source rows||")
         return TransposedLayout(perm, ptr, dst_index)
 
     return cached_with(src_index, dst_ptr, ("transposed", num_src), compute)

@@ -28,7 +28,7 @@ def edge_softmax(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tens
     check_float(src, "src")
     dim = check_dim(src, dim, "src")
     num_edges = src.size(dim)
-    layout, _ = _layout.segments(index, ptr, num_edges, num_nodes, src.device, size_name="num_nodes")
+    layout, _ = _layout.segments(index, ptr, src, dim, num_nodes, size_name="num_nodes")
     moved = src.movedim(dim, 0)
     src2 = moved.reshape(num_edges, -1)
     if layout.perm is None:

@@ -52,8 +52,8 @@ def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optiona
     x2 = x.reshape(x.size(0), math.prod(x.shape[1:]))
     _check_edge_weight(weight, num_edges, x2.size(1), x.device)
     if ptr is not None:
-        layout, dim_size = _layout.segments(None, ptr, num_edges, dim_size, x.device, size_name="dim_size")
-        src = _layout.checked_index(src_index, x.size(0), "src_index", "x.size(0)")
+        layout, dim_size = _layout.segments(None, ptr, src_index, 0, dim_size)
+        src = _layout.checked_index(src_index, x, 0, "src_index", "x.size(0)")
         perm = None
     else:
         if dim_size is None:
@@ -61,7 +61,7 @@ def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optiona
         if dim_size < 0:
             raise ValueError(f"pyg_fast: dim_size must be non-negative, got {dim_size}")
         is_sorted = sorted if sorted is not None else (getattr(dst_index, "is_sorted", None) or None)
-        layout, src = _gathered(dst_index, dim_size, src_index, x.size(0), is_sorted)
+        layout, src = _gathered(dst_index, dim_size, src_index, x, is_sorted)
         perm = layout.perm
     w2 = None
     if weight is not None:
@@ -71,14 +71,14 @@ def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optiona
     return out if x.dim() == 2 else out.view((dim_size,) + tuple(x.shape[1:]))
 
 
-def _gathered(dst_index: Tensor, dim_size: int, src_index: Tensor, num_src: int, is_sorted: Optional[bool]):
+def _gathered(dst_index: Tensor, dim_size: int, src_index: Tensor, x: Tensor, is_sorted: Optional[bool]):
     """(layout of dst_index, the sources in destination order), prepared once per pair of index
     tensors in eager mode."""
     def compute():
-        ptr, perm, src = _layout.grouped_edges(dst_index, dim_size, src_index, num_src,
+        ptr, perm, src = _layout.grouped_edges(dst_index, dim_size, src_index, x,
                                                "dst_index|dim_size|src_index|x.size(0)", is_sorted)
         return _layout.SegmentLayout(ptr, perm), src
-    return _layout.cached_with(dst_index, src_index, ("gathered", dim_size, num_src, is_sorted), compute)
+    return _layout.cached_with(dst_index, src_index, ("gathered", dim_size, x.size(0), is_sorted), compute)
 
 
 def _check_edge_weight(weight: Optional[Tensor], num_edges: int, num_features: int, device: torch.device) -> None:

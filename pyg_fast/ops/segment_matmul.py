@@ -72,7 +72,7 @@ def _plan(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Tensor],
     deterministic = _use_deterministic(deterministic)
     if inputs.is_cuda and _layout.eager(inputs, other):
         return _cuda_call(inputs, ptr, other, bias, deterministic)
-    ptr_long = _layout.ptr_layout(ptr, inputs.size(0)).ptr
+    ptr_long = _layout.ptr_layout(ptr, inputs, 0).ptr
     # A plan is cached on the ptr it was made for: it must not hold that tensor.
     held_ptr = None if ptr_long is ptr else ptr_long
 
@@ -232,7 +232,7 @@ def _cuda_plan(ptr: Tensor, num_rows: int, device: torch.device):
     """The kernels' SegmentPlan of ``ptr``: validated and built once per ptr tensor, row count
     and device (one host synchronisation), then found with one cache lookup per call."""
     def compute():
-        _layout.ptr_layout(ptr, num_rows)  # reports an invalid ptr
+        _layout.ptr_layout(ptr, _layout.rows_of(num_rows, ptr.device), 0)  # reports an invalid ptr
         return _triton_kernels().SegmentPlan(ptr, device)
     return _layout.cached(ptr, ("segmm_plan", num_rows, device), compute)
 

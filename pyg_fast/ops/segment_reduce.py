@@ -44,7 +44,7 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
     num_rows = src.size(dim)
     if (index is None) == (ptr is None):
         raise ValueError("pyg_fast: pass exactly one of 'index' and 'ptr'")
-    layout, dim_size = _layout.segments(index, ptr, num_rows, dim_size, src.device, is_sorted=sorted)
+    layout, dim_size = _layout.segments(index, ptr, src, dim, dim_size, is_sorted=sorted)
     shape = list(src.shape)
     src3 = src.reshape(math.prod(shape[:dim]), num_rows, math.prod(shape[dim + 1:]))
     shape[dim] = dim_size
