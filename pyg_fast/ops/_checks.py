@@ -24,8 +24,9 @@ def check_float(t: Tensor, name: str) -> None:
 
 def check_index_tensor(index: Tensor, name: str, length: Optional[int], device: torch.device,
                        mismatch: Optional[str] = None) -> None:
-    """Type, shape and device of an index argument; ``mismatch`` (with ``{got}``) words a wrong
-    length."""
+    """Type, shape and device of an index argument; ``mismatch`` words a wrong length (with
+    ``{got}`` and ``{expected}``; formatted only when raising: formatting a size while compiling
+    would specialise the graph to it)."""
     if not isinstance(index, Tensor):
         raise TypeError(f"pyg_fast: '{name}' must be a Tensor, got {type(index).__name__}")
     if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
@@ -33,7 +34,8 @@ def check_index_tensor(index: Tensor, name: str, length: Optional[int], device: 
     if index.dim() != 1:
         raise ValueError(f"pyg_fast: '{name}' must be 1-D, got shape {tuple(index.shape)}")
     if length is not None and index.numel() != length:
-        text = mismatch.format(got=index.numel()) if mismatch else f"'{name}' has {index.numel()} entries but {length} are expected"
+        text = (mismatch or f"'{name}' has {{got}} entries but {{expected}} are expected").format(
+            got=index.numel(), expected=length)
         raise ValueError(f"pyg_fast: {text}")
     if index.device != device:
         raise ValueError(f"pyg_fast: '{name}' is on {index.device} but the data is on {device}")

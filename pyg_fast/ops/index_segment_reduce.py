@@ -48,7 +48,7 @@ def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optiona
         raise ValueError("pyg_fast: pass exactly one of 'dst_index' and 'ptr'")
     if dst_index is not None:
         check_index_tensor(dst_index, "dst_index", num_edges, x.device,
-                           mismatch=f"'dst_index' has {{got}} entries but 'src_index' has {num_edges}")
+                           mismatch="'dst_index' has {got} entries but 'src_index' has {expected}")
     x2 = x.reshape(x.size(0), math.prod(x.shape[1:]))
     _check_edge_weight(weight, num_edges, x2.size(1), x.device)
     if ptr is not None:

@@ -32,7 +32,7 @@ def sddmm(a: Tensor, b: Tensor, a_index: Tensor, b_index: Tensor, op: str = "dot
         raise ValueError(f"pyg_fast: 'b' is on {b.device} but 'a' is on {a.device}")
     check_index_tensor(a_index, "a_index", None, a.device)
     check_index_tensor(b_index, "b_index", a_index.numel(), a.device,
-                       mismatch=f"'b_index' has {{got}} entries but 'a_index' has {a_index.numel()}")
+                       mismatch="'b_index' has {got} entries but 'a_index' has {expected}")
     a_index = _layout.checked_index(a_index, a, 0, "a_index", "a.size(0)")
     b_index = _layout.checked_index(b_index, b, 0, "b_index", "b.size(0)")
     heads = a.dim() == 3

@@ -1,0 +1,104 @@
+"""Index checks without host synchronisation (pyg_fast.ops._deferred, pyg_fast.config.validate):
+bad indices are still reported with the argument's name, on the CPU at the call, on CUDA at a
+later call or at pyg_fast.check_errors() (at the call with validate="sync"), and a layer's forward
+and backward on a new graph never synchronise on CUDA."""
+import copy
+
+import pytest
+import torch
+import torch_geometric.nn as pyg_nn
+
+import pyg_fast
+import pyg_fast.nn
+from tests.nn._helpers import random_graph
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def bad_calls(device):
+    """Calls whose index holds a value out of range, with the message naming the argument."""
+    x = torch.randn(10, 4, device=device)
+    src = torch.tensor([0, 1, 2, 12], device=device)  # 12 >= 10 rows of x
+    dst = torch.tensor([0, 0, 1, 2], device=device)
+    return [
+        (lambda: pyg_fast.segment_reduce(x[:4], dst + 5, dim_size=3), "'index' holds values outside \\[0, 3\\)"),
+        (lambda: pyg_fast.index_segment_reduce(x, src, dst, 3), "'src_index' holds values outside \\[0, 10\\)"),
+        (lambda: pyg_fast.sddmm(x, x, dst, src), "'b_index' holds values outside \\[0, 10\\)"),
+        (lambda: pyg_fast.edge_softmax(x[:4], dst - 1, num_nodes=3), "'index' holds values outside"),
+        (lambda: pyg_fast.segment_reduce(x[:4], ptr=torch.tensor([0, 1, 3], device=device)),
+         "'ptr' must be non-decreasing from 0 to 4"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_cpu_raises_at_the_call(case):
+    call, message = bad_calls("cpu")[case]
+    with pytest.raises((IndexError, ValueError), match=message):
+        call()
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", range(5))
+def test_cuda_raises_later_without_waiting(case):
+    call, message = bad_calls("cuda")[case]
+    pyg_fast.check_errors()  # nothing pending from other tests
+    call()  # returns: the check is on its way to the host
+    with pytest.raises((IndexError, ValueError), match=message + ".*found after the call"):
+        pyg_fast.check_errors()
+    pyg_fast.check_errors()  # reported once
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", range(5))
+def test_cuda_sync_mode_raises_at_the_call(case):
+    call, message = bad_calls("cuda")[case]
+    pyg_fast.config.validate = "sync"
+    try:
+        with pytest.raises((IndexError, ValueError), match=message):
+            call()
+    finally:
+        pyg_fast.config.validate = "async"
+
+
+@needs_cuda
+def test_cuda_report_reaches_the_next_call():
+    x, dst = torch.randn(4, 4, device="cuda"), torch.tensor([0, 0, 1, 7], device="cuda")
+    pyg_fast.segment_reduce(x, dst, dim_size=3)
+    torch.cuda.synchronize()  # the copy has landed: the next call raises
+    with pytest.raises(IndexError, match="'index' holds values outside"):
+        pyg_fast.segment_reduce(x, dst.clone().clamp_(max=2), dim_size=3)
+
+
+def test_config_rejects_unknown_modes():
+    with pytest.raises(ValueError, match="validate"):
+        pyg_fast.config.validate = "never"
+
+
+LAYERS = {"gcn": lambda: pyg_nn.GCNConv(16, 16), "gin": lambda: pyg_nn.GINConv(torch.nn.Linear(16, 16)),
+          "sage": lambda: pyg_nn.SAGEConv(16, 16), "sage_max": lambda: pyg_nn.SAGEConv(16, 16, aggr="max"),
+          "gat": lambda: pyg_nn.GATConv(16, 4, heads=4)}
+
+
+@needs_cuda
+@pytest.mark.parametrize("kind", list(LAYERS))
+def test_layer_on_a_new_graph_never_synchronises(kind):
+    ref = LAYERS[kind]().cuda()
+    fast = pyg_fast.nn.convert(copy.deepcopy(ref))
+
+    def step(num_nodes, num_edges):
+        x = torch.randn(num_nodes, 16, device="cuda", requires_grad=True)
+        edge_index = random_graph(num_nodes, num_edges, "cuda")
+        out = fast(x, edge_index)
+        out.square().sum().backward()
+        return x, edge_index, out
+
+    step(50, 400)  # warm-up: lazy initialisation, the pinned ring of the checks
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for num_nodes, num_edges in ((60, 500), (45, 300), (60, 500)):
+            x, edge_index, out = step(num_nodes, num_edges)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.testing.assert_close(out, ref(x.detach(), edge_index), rtol=1e-4, atol=1e-4)
+    pyg_fast.check_errors()

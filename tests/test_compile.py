@@ -1,0 +1,121 @@
+"""torch.compile(fullgraph=True) of every converted layer and every op: no graph break, one
+graph for graphs of three sizes with ``dynamic=True`` (at most one recompile without it), and
+the numbers of PyG (layers) or float64 references (ops), gradients included."""
+import copy
+
+import pytest
+import torch
+import torch_geometric.nn as pyg_nn
+from torch._dynamo.utils import counters
+
+import pyg_fast
+import pyg_fast.nn
+from pyg_fast.testing import DEVICES, assert_close, scatter_reference
+from tests.nn._helpers import grads, random_graph
+
+GRAPHS = [(40, 300), (57, 500), (90, 1000)]  # (nodes, edges), edges in random order
+
+
+def make_layer(kind: str) -> torch.nn.Module:
+    return {"gcn": lambda: pyg_nn.GCNConv(16, 16),
+            "gcn_no_loops": lambda: pyg_nn.GCNConv(16, 16, add_self_loops=False),
+            "gin": lambda: pyg_nn.GINConv(torch.nn.Linear(16, 16), train_eps=True),
+            "sage": lambda: pyg_nn.SAGEConv(16, 16),
+            "sage_max": lambda: pyg_nn.SAGEConv(16, 16, aggr="max"),
+            "gat": lambda: pyg_nn.GATConv(16, 4, heads=4),
+            "gat_edge_attr": lambda: pyg_nn.GATConv(16, 4, heads=4, edge_dim=3, fill_value="mean")}[kind]()
+
+
+def run_compiled(fn, inputs_per_graph, dynamic):
+    """Calls torch.compile(fn, fullgraph=True, dynamic=dynamic) on each input tuple; returns the
+    outputs and (graph breaks, graphs compiled)."""
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(fn, fullgraph=True, dynamic=dynamic)
+    outs = [compiled(*inputs) for inputs in inputs_per_graph]
+    return outs, sum(counters["graph_break"].values()), counters["stats"]["unique_graphs"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["gcn", "gcn_no_loops", "gin", "sage", "sage_max", "gat", "gat_edge_attr"])
+@pytest.mark.parametrize("dynamic", [True, None])
+def test_layer_compiles_without_breaks_and_matches_pyg(device, kind, dynamic):
+    torch.manual_seed(0)
+    ref = make_layer(kind).to(device)
+    fast = pyg_fast.nn.convert(copy.deepcopy(ref))
+    inputs = []
+    for num_nodes, num_edges in GRAPHS:
+        x = torch.randn(num_nodes, 16, device=device, requires_grad=True)
+        edge_index = random_graph(num_nodes, num_edges, device)
+        extra = (torch.randn(num_edges, 3, device=device),) if kind == "gat_edge_attr" else ()
+        inputs.append((x, edge_index) + extra)
+    outs, breaks, graphs = run_compiled(fast, inputs, dynamic)
+    assert breaks == 0
+    assert graphs == (1 if dynamic else graphs) and graphs <= 2  # dynamic: one graph; else one recompile at most
+    for out, args in zip(outs, inputs):
+        seed = torch.randn_like(out)
+        (out * seed).sum().backward()
+        got = grads(fast, args[0])
+        fast.zero_grad()
+        args[0].grad = None
+        expected = ref(*args)
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+        (expected * seed).sum().backward()
+        for g, r in zip(got, grads(ref, args[0])):
+            torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
+        ref.zero_grad()
+        args[0].grad = None
+
+
+def op_cases(device):
+    """(name, fn, inputs per graph, float64 reference fn): each op on graphs of three sizes."""
+    cases = []
+    for num_nodes, num_edges in GRAPHS:
+        src, dst = random_graph(num_nodes, num_edges, device)
+        cases.append((num_nodes, src, dst))
+
+    def inputs(make):
+        return [make(n, s, d) for n, s, d in cases]
+
+    # dim_size comes from the node features' shape, as in a layer
+    return [
+        ("segment_reduce", lambda e, dst, x: pyg_fast.segment_reduce(e, dst, dim_size=x.size(0), reduce="mean"),
+         inputs(lambda n, s, d: (torch.randn(s.numel(), 8, device=device, requires_grad=True), d,
+                                 torch.empty(n, 0, device=device))),
+         lambda e, dst, x: scatter_reference(e, dst, x.size(0), "mean")),
+        ("segment_reduce_ptr", lambda e, ptr: pyg_fast.segment_reduce(e, ptr=ptr, reduce="max"),
+         inputs(lambda n, s, d: (torch.randn(s.numel(), 8, device=device, requires_grad=True),
+                                 torch._convert_indices_from_coo_to_csr(d.sort().values, n))),
+         lambda e, ptr: scatter_reference(e, torch.repeat_interleave(torch.arange(ptr.numel() - 1, device=ptr.device),
+                                                                     ptr.diff()), ptr.numel() - 1, "max")),
+        ("spmm", lambda x, src, dst, w: pyg_fast.index_weight_segment_reduce(x, src, dst, w, x.size(0)),
+         inputs(lambda n, s, d: (torch.randn(n, 8, device=device, requires_grad=True), s, d,
+                                 torch.rand(s.numel(), device=device, requires_grad=True))),
+         lambda x, src, dst, w: torch.zeros(x.size(0), 8, dtype=torch.float64, device=x.device).index_add(
+             0, dst, x.double()[src] * w.double()[:, None])),
+        ("sddmm", lambda a, b, src, dst: pyg_fast.sddmm(a, b, src, dst, "dot"),
+         inputs(lambda n, s, d: (torch.randn(n, 2, 8, device=device, requires_grad=True),
+                                 torch.randn(n, 2, 8, device=device, requires_grad=True), s, d)),
+         lambda a, b, src, dst: (a.double()[src] * b.double()[dst]).sum(-1)),
+        ("edge_softmax", lambda e, dst, x: pyg_fast.edge_softmax(e, dst, num_nodes=x.size(0)),
+         inputs(lambda n, s, d: (torch.randn(s.numel(), 3, device=device, requires_grad=True), d,
+                                 torch.empty(n, 0, device=device))),
+         lambda e, dst, x: __import__("torch_geometric").utils.softmax(e.double(), dst, num_nodes=x.size(0))),
+    ]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", range(5))
+def test_op_compiles_without_breaks_and_matches_float64(device, case):
+    torch.manual_seed(0)
+    name, fn, inputs, reference = op_cases(device)[case]
+    outs, breaks, graphs = run_compiled(fn, inputs, dynamic=True)
+    assert breaks == 0 and graphs == 1, name
+    for out, args in zip(outs, inputs):
+        assert_close(out, reference(*args), torch.float32)
+        diff = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+        seed = torch.randn_like(out)
+        got = torch.autograd.grad(out, diff, seed)
+        expected = torch.autograd.grad(fn(*args), diff, seed)  # eager pyg_fast, checked against float64 above
+        for g, e in zip(got, expected):
+            assert_close(g, e, torch.float32)
