@@ -205,8 +205,8 @@ def test_every_cuda_schedule(params, reduce, dtype, num_features):
 @pytest.mark.parametrize("reduce", REDUCES)
 def test_layout_and_edge_schedules_batched_and_ptr(params, reduce):
     """The graph-aware and edge-parallel schedules over a batch (src [3, E, F], reduced along dim
-    1) and a ptr that does not start at row 0 (rows outside every segment are ignored; the edge
-    schedule hands that to the row schedule), with gradients."""
+    1), with gradients, and the raw op over a ptr that does not start at row 0 (the public call
+    rejects it; the kernels ignore the rows outside every segment)."""
     from pyg_fast import tuning
     index = random_index(2000, 90, "cuda", huge_segment=True)
     src = torch.randn(3, 2000, 12, device="cuda")
@@ -219,7 +219,8 @@ def test_layout_and_edge_schedules_batched_and_ptr(params, reduce):
         x = src.clone().requires_grad_()
         out = pyg_fast.segment_reduce(x, index, dim_size=90, reduce=reduce, dim=1)
         out.backward(torch.ones_like(out))
-        shifted = pyg_fast.segment_reduce(src, ptr=ptr, reduce=reduce, dim=1)
+        launch = tuning.segment_launch(src, ptr, 2000)
+        shifted = torch.ops.pyg_fast.segment_reduce(src, ptr, reduce, launch.config, launch.data)
     finally:
         tuning.set_override(None)
     assert_close(out, scatter_reference(src, index, 90, reduce, dim=1), torch.float32)
