@@ -56,8 +56,16 @@ def _slot(values: Tensor, owner) -> int:
     return slot
 
 
+def _capturing() -> bool:
+    """Whether a CUDA graph is being captured: events cannot be queried then (the kernels stay
+    in bounds; checks and statistics resume after the capture)."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 def poll() -> None:
     """Retires every copy that has landed; raises for the first failed check among them."""
+    if not _in_flight or _capturing():
+        return
     failure = None
     while _in_flight and _in_flight[0][1].query():
         slot, _, owner = _in_flight.popleft()
@@ -75,7 +83,7 @@ def poll() -> None:
 
 def check_errors() -> None:
     """Waits for every pending index check and raises for the first that failed."""
-    if _in_flight:
+    if _in_flight and not _capturing():
         _in_flight[-1][1].synchronize()
     poll()
 
@@ -87,6 +95,8 @@ def report(flags: Sequence[Tensor], messages: Sequence[Message]) -> None:
     if not flags:
         return
     stacked = torch.stack([f.reshape(()) for f in flags]).long()
+    if stacked.device.type == "cuda" and _capturing():
+        return
     if stacked.device.type != "cuda" or config.validate == "sync":
         for flag, (kind, text) in zip(stacked.tolist(), messages):
             if flag:

@@ -322,7 +322,7 @@ def segment_stats(ptr: Tensor) -> Optional[SegmentStats]:
     """The :class:`SegmentStats` of a CUDA pointer in eager mode, once they reach the host: the
     first call starts their computation and copy (no synchronisation) and returns None, as do the
     calls before the copy lands; None under tracing."""
-    if not eager(ptr):
+    if not eager(ptr) or _deferred._capturing():
         return None
 
     def start():
