@@ -243,11 +243,6 @@ NARROW_ON_GRAPHS = [p for p in SCHEDULES_ON_GRAPHS if p["schedule"] in ("edges",
     dict(schedule="edges", max_lanes=1, threads=64, chunk=100), dict(schedule="edges", max_lanes=4, threads=128, chunk=37)]
 
 
-@pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
-@pytest.mark.parametrize("params", NARROW_ON_GRAPHS, ids=lambda p: f"{p['schedule']}-{p['max_lanes']}-{p['chunk']}")
-@pytest.mark.parametrize("kind", ["power_law", "isolated", "hub"])
-@pytest.mark.parametrize("reduce", REDUCES)
-@pytest.mark.parametrize("num_features", [1, 4, 12])
 class SourceDtypes(TorchDispatchMode):
     """Records the dtypes of the source indices that reach the gather-reduce op."""
 
@@ -261,6 +256,11 @@ class SourceDtypes(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+@pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
+@pytest.mark.parametrize("params", NARROW_ON_GRAPHS, ids=lambda p: f"{p['schedule']}-{p['max_lanes']}-{p['chunk']}")
+@pytest.mark.parametrize("kind", ["power_law", "isolated", "hub"])
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("num_features", [1, 4, 12])
 def test_edges_and_groups_schedules_read_int32_sources_without_gradients(params, kind, reduce, num_features):
     """Without gradients the edges and groups schedules read an int32 copy of the source index
     (kept with it): the reference's results with single- and multi-head weights; the op itself
