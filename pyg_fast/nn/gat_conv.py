@@ -102,8 +102,9 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
                                                  graph)
                 alpha = alpha + (lin_edge(edge_attr).view(-1, H, C) * self.att_edge).sum(dim=-1)
             alpha = F.leaky_relu(alpha, self.negative_slope)
-            if is_loop is not None:
-                alpha = alpha.masked_fill(_graph.in_edge_order(is_loop, graph).unsqueeze(1), float("-inf"))
+            if is_loop is not None:  # the lowest finite value: the CUDA softmax's running maximum starts at -inf
+                alpha = alpha.masked_fill(_graph.in_edge_order(is_loop, graph).unsqueeze(1),
+                                          torch.finfo(alpha.dtype).min)
             alpha = torch.ops.pyg_fast.edge_softmax(alpha.contiguous(), graph.ptr, 0)
             alpha = F.dropout(alpha, p=self.dropout, training=self.training)
             out = reduce_csr(h_src, graph.src, graph.ptr, alpha, "sum")

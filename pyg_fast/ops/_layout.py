@@ -338,9 +338,10 @@ def segment_stats(ptr: Tensor) -> Optional[SegmentStats]:
     return SegmentStats(values[0], dict(zip(GROUP_SIZES, values[1:])))
 
 
-def neighbor_groups(ptr: Tensor, group_size: int, num_groups: int) -> Tensor:
+def neighbor_groups(ptr: Tensor, group_size: int, num_groups: Optional[int]) -> Tensor:
     """GNNAdvisor's neighbour-group table of the segments of ``ptr`` (cached on ``ptr``), for
-    ``num_groups`` groups (from :func:`segment_stats`, so no synchronisation).
+    ``num_groups`` groups (from :func:`segment_stats`, so no synchronisation; None: counted
+    here, one synchronisation).
 
     Every segment is cut into groups of at most ``group_size`` consecutive rows, packed in
     segment order; an empty segment gets one group of no rows (the kernel then writes every
@@ -356,9 +357,10 @@ def neighbor_groups(ptr: Tensor, group_size: int, num_groups: int) -> Tensor:
         counts = ptr.diff()
         per_segment = counts.add(group_size - 1).div_(group_size, rounding_mode="floor").clamp_(min=1)
         group_ptr = torch.cat([ptr.new_zeros(1), per_segment.cumsum(0)])
+        count = int(group_ptr[-1]) if num_groups is None else num_groups
         group_segment = torch.repeat_interleave(torch.arange(counts.numel(), device=ptr.device), per_segment,
-                                                output_size=num_groups)
-        rank = torch.arange(num_groups, device=ptr.device) - group_ptr[group_segment]
+                                                output_size=count)
+        rank = torch.arange(count, device=ptr.device) - group_ptr[group_segment]
         group_start = ptr[group_segment] + rank * group_size
         return torch.cat([group_ptr, group_start, ptr[-1:], group_segment])
     return cached(ptr, ("neighbor_groups", group_size), compute)

@@ -174,9 +174,7 @@ def _forced_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool, hea
     if schedule in GRAPH_AWARE and not _layout.eager(values, ptr):
         schedule = "row"
     elif schedule == "groups":
-        size = p["chunk"]
-        count = int(ptr.diff().add(size - 1).div(size, rounding_mode="floor").clamp(min=1).sum())
-        data = _layout.neighbor_groups(ptr, size, count)
+        data = _layout.neighbor_groups(ptr, p["chunk"], None)
     elif schedule == "balanced":
         data = _layout.balanced_order(ptr)
     return Launch([SCHEDULES[schedule], p["lanes"], p["vec"], p["threads"], p["chunk"]], data)

@@ -42,8 +42,8 @@ def test_cpu_raises_at_the_call(case):
 def test_cuda_raises_later_without_waiting(case):
     call, message = bad_calls("cuda")[case]
     pyg_fast.check_errors()  # nothing pending from other tests
-    call()  # returns: the check is on its way to the host
     with pytest.raises((IndexError, ValueError), match=message + ".*found after the call"):
+        call()  # the check is on its way to the host; a later step of the same call may find it there
         pyg_fast.check_errors()
     pyg_fast.check_errors()  # reported once
 
