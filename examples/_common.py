@@ -75,7 +75,7 @@ def train(args, backend: str, model: torch.nn.Module, data):
     validation accuracy, as PyG's examples report it; median epoch time in seconds)."""
     if backend == "pyg_fast":
         import pyg_fast.nn
-        pyg_fast.nn.convert(model, verbose=True)
+        pyg_fast.convert(model)
     model = model.to(args.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     best_val = test_acc = 0.0

@@ -21,6 +21,8 @@ from pyg_fast.ops import (  # noqa: E402
 )
 
 from pyg_fast.patch import patch  # noqa: E402
+from pyg_fast import aggr, hetero, nn  # noqa: E402
+from pyg_fast.convert import convert  # noqa: E402
 from pyg_fast.config import config  # noqa: E402
 from pyg_fast.ops._deferred import check_errors  # noqa: E402
 
@@ -52,6 +54,6 @@ def show_config() -> str:
     return text
 
 
-__all__ = ["patch", "config", "check_errors", "edge_softmax", "segment_reduce", "index_segment_reduce", "index_weight_segment_reduce", "sddmm",
+__all__ = ["convert", "patch", "config", "check_errors", "nn", "hetero", "aggr", "edge_softmax", "segment_reduce", "index_segment_reduce", "index_weight_segment_reduce", "sddmm",
            "segment_matmul", "gather_segment_matmul",
            "show_config", "cuda_arch_list"]

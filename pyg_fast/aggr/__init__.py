@@ -8,11 +8,10 @@ index tensor in eager mode). Use them as ``aggr=`` in any ``MessagePassing`` lay
 
     conv = SAGEConv(16, 32, aggr=pyg_fast.aggr.MeanAggregation())
 
-Under ``torch.jit.script`` a module holding one scripts PyG's class instead (same state),
-and under ``torch.jit.trace`` the reduction takes PyG's path: both record PyG's
-operations, whose sizes follow the inputs.
+Under ``torch.jit.script`` they script as themselves with PyG's body of ``reduce`` (the
+kernels are reached from Python), and under ``torch.jit.trace`` the reduction takes PyG's
+path: both record PyG's operations, whose sizes follow the inputs.
 """
-import copy
 from typing import Optional
 
 import torch
@@ -21,6 +20,7 @@ from torch import Tensor
 from torch_geometric.nn.aggr.base import expand_left
 from torch_geometric.utils import scatter, segment
 
+from pyg_fast._dropin import DropIn
 from pyg_fast.ops.segment_reduce import segment_reduce
 
 _KERNEL_REDUCES = ("sum", "add", "mean", "max", "min")
@@ -51,14 +51,13 @@ def _on_kernels(x: Tensor, index: Optional[Tensor], ptr: Optional[Tensor], reduc
             and (ptr is None or ptr.dim() == 1) and not torch.jit.is_tracing())
 
 
-class _SegmentReduce:
-    """Mixin: ``reduce`` above; TorchScript gets a copy of PyG's class holding the same state."""
+class _SegmentReduce(DropIn):
+    """Mixin: ``reduce`` above. Scripts as itself (TorchScript compiles PyG's body of ``reduce``),
+    so scripting a layer that holds one leaves the layer as it is."""
     reduce = reduce
 
     def __prepare_scriptable__(self):
-        twin = copy.copy(self)
-        twin.__class__ = type(self).__mro__[type(self).__mro__.index(_SegmentReduce) + 1]
-        return twin
+        return self
 
 
 class SumAggregation(_SegmentReduce, pyg_aggr.SumAggregation):

@@ -2,7 +2,6 @@
 import copy
 
 import torch
-import torch_geometric.nn as pyg_nn
 
 from pyg_fast.hetero.hgt_conv import HGTConv, convert_submodules
 from pyg_fast.hetero.linear import HeteroDictLinear, HeteroLinear
@@ -10,14 +9,8 @@ from pyg_fast.hetero.rgat_conv import RGATConv
 from pyg_fast.hetero.rgcn_conv import FastRGCNConv, RGCNConv
 
 # PyG class -> pyg_fast class with the same state and results
-FAST_CLASSES = {
-    pyg_nn.RGCNConv: RGCNConv,
-    pyg_nn.FastRGCNConv: FastRGCNConv,
-    pyg_nn.RGATConv: RGATConv,
-    pyg_nn.HGTConv: HGTConv,
-    pyg_nn.HeteroLinear: HeteroLinear,
-    pyg_nn.HeteroDictLinear: HeteroDictLinear,
-}
+FAST_CLASSES = {cls._pyg_class(): cls for cls in (RGCNConv, FastRGCNConv, RGATConv, HGTConv, HeteroLinear,
+                                                  HeteroDictLinear)}
 
 
 def fast_copy(module: torch.nn.Module) -> torch.nn.Module:

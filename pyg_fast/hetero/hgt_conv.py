@@ -11,6 +11,7 @@ import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch_geometric.typing import Adj, EdgeType, NodeType
 
+from pyg_fast._dropin import DropIn
 from pyg_fast.hetero.linear import HeteroDictLinear, HeteroLinear, autocast_operands
 from pyg_fast.hetero.rgcn_conv import needs_message_passing
 from pyg_fast.hetero.tensor_slice import host_ptr, index_on
@@ -24,7 +25,7 @@ from pyg_fast.ops.segment_matmul import segment_matmul
 _BIPARTITE_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-class HGTConv(pyg_nn.HGTConv):
+class HGTConv(DropIn, pyg_nn.HGTConv):
     r"""PyG's :class:`~torch_geometric.nn.HGTConv` (same arguments, state and results).
 
     PyG flattens keys and values head-major into rows typed ``head * |edge types| + edge type``

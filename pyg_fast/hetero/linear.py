@@ -6,6 +6,7 @@ import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch.nn.parameter import UninitializedParameter
 
+from pyg_fast._dropin import DropIn
 from pyg_fast.hetero.tensor_slice import TensorSlice, host_ptr, slice_for
 from pyg_fast.ops.segment_matmul import segment_matmul
 
@@ -20,7 +21,7 @@ def autocast_operands(*tensors: Optional[Tensor]) -> List[Optional[Tensor]]:
     return list(tensors)
 
 
-class HeteroLinear(pyg_nn.HeteroLinear):
+class HeteroLinear(DropIn, pyg_nn.HeteroLinear):
     r"""PyG's :class:`~torch_geometric.nn.HeteroLinear` (same arguments, state and results):
     :math:`\mathbf{x}^{\prime}_i = \mathbf{x}_i \mathbf{W}_{\tau(i)} + \mathbf{b}_{\tau(i)}` as one
     segmented matmul with the bias fused, on rows in any order (the grouping by type is cached
@@ -35,7 +36,7 @@ class HeteroLinear(pyg_nn.HeteroLinear):
         return ts.gather_matmul(x, weight, bias)
 
 
-class HeteroDictLinear(pyg_nn.HeteroDictLinear):
+class HeteroDictLinear(DropIn, pyg_nn.HeteroDictLinear):
     r"""PyG's :class:`~torch_geometric.nn.HeteroDictLinear` (same arguments, state and results):
     :math:`\mathbf{x}^{\prime}_{\kappa} = \mathbf{x}_{\kappa} \mathbf{W}^{\top}_{\kappa} + \mathbf{b}_{\kappa}`.
     When at least ``min_types`` types with equal input size are present, all of them run as one

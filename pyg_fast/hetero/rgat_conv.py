@@ -8,6 +8,7 @@ import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch_geometric.utils import scatter, softmax
 
+from pyg_fast._dropin import DropIn
 from pyg_fast.hetero.rgcn_conv import block_diagonal
 from pyg_fast.hetero.tensor_slice import TensorSlice, slice_for
 from pyg_fast.ops import _layout
@@ -15,7 +16,7 @@ from pyg_fast.ops.edge_softmax import edge_softmax
 from pyg_fast.ops.segment_matmul import segment_matmul
 
 
-class RGATConv(pyg_nn.RGATConv):
+class RGATConv(DropIn, pyg_nn.RGATConv):
     r"""PyG's :class:`~torch_geometric.nn.RGATConv` (same arguments, state and results).
     ``tensor_slice`` may pass a prebuilt :class:`TensorSlice` of ``edge_type``; otherwise the
     grouping of edges by relation is cached with ``edge_type``. Messages are computed and

@@ -7,6 +7,7 @@ import torch
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
 
+from pyg_fast._dropin import DropIn
 from pyg_fast.hetero.tensor_slice import TensorSlice
 from pyg_fast.ops import _layout
 from pyg_fast.ops.index_segment_reduce import index_segment_reduce
@@ -123,7 +124,7 @@ def rgcn_forward(conv: pyg_nn.RGCNConv, x: Union[Optional[Tensor], Tuple[Optiona
     return out
 
 
-class RGCNConv(pyg_nn.RGCNConv):
+class RGCNConv(DropIn, pyg_nn.RGCNConv):
     r"""PyG's :class:`~torch_geometric.nn.RGCNConv` (same arguments, state and results, the
     default ``aggr='mean'`` averaging per relation as PyG's loop path does), computed as one
     gather-reduce per (relation, destination), one segmented matmul and one scatter. The
@@ -137,7 +138,7 @@ class RGCNConv(pyg_nn.RGCNConv):
         return out if out is not None else super().forward(x, edge_index, edge_type)
 
 
-class FastRGCNConv(pyg_nn.FastRGCNConv):
+class FastRGCNConv(DropIn, pyg_nn.FastRGCNConv):
     r"""PyG's :class:`~torch_geometric.nn.FastRGCNConv` (same results), without its per-edge
     weight gather: the computation of :class:`RGCNConv` above."""
     propagate_type = {"x": "Tensor", "edge_type": "OptTensor"}

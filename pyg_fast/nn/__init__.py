@@ -7,6 +7,6 @@ from pyg_fast.nn.gcn_conv import GCNConv
 from pyg_fast.nn.gin_conv import GINConv
 from pyg_fast.nn.sage_conv import SAGEConv
 from pyg_fast.nn.gat_conv import GATConv
-from pyg_fast.nn.convert import convert, FUSED_LAYERS
+from pyg_fast.convert import convert
 
-__all__ = ["GCNConv", "GINConv", "SAGEConv", "GATConv", "convert", "FUSED_LAYERS"]
+__all__ = ["GCNConv", "GINConv", "SAGEConv", "GATConv", "convert"]

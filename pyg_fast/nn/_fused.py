@@ -1,11 +1,11 @@
-"""What the fused layers share: when to leave a call to PyG, scripting, conversion."""
-import copy
+"""What the fused layers share: when to leave a call to PyG."""
 from typing import Optional
 
 import torch
 from torch import Tensor
 from torch_geometric.nn.aggr import MaxAggregation, MeanAggregation, MinAggregation, SumAggregation
 
+from pyg_fast._dropin import DropIn
 from pyg_fast.nn import _graph
 from pyg_fast.ops._kernels import reduce_csr, weight_as
 
@@ -20,7 +20,7 @@ _HOOK_DICTS = (
 _REDUCES = {SumAggregation: "sum", MeanAggregation: "mean", MaxAggregation: "max", MinAggregation: "min"}
 
 
-class FusedLayer:
+class FusedLayer(DropIn):
     """Mixin for a pyg_fast layer ``Ours(PyGClass)`` that runs fused kernels and defers to
     ``PyGClass.forward`` whenever PyG's message-level machinery must run."""
 
@@ -53,26 +53,3 @@ class FusedLayer:
         weight = _graph.in_edge_order(edges.value, graph)
         return reduce_csr(x_src, graph.src, graph.ptr, None if weight is None else weight_as(weight, x_src.dtype),
                           self._reduce())
-
-    @classmethod
-    def _pyg_class(cls):
-        return cls.__mro__[cls.__mro__.index(FusedLayer) + 1]
-
-    def __prepare_scriptable__(self):
-        """``torch.jit.script`` compiles PyG's own layer holding the same parameters: the fused
-        path needs Python (graph caches, EdgeIndex), PyG's path is already scriptable."""
-        twin = copy.copy(self)
-        twin.__class__ = self._pyg_class()
-        twin._set_jittable_templates()
-        return twin
-
-    @classmethod
-    def from_pyg(cls, module: torch.nn.Module) -> torch.nn.Module:
-        """A layer of this class sharing ``module``'s parameters, buffers and settings."""
-        if type(module) is not cls._pyg_class():
-            raise TypeError(f"pyg_fast: {cls.__name__}.from_pyg expects a "
-                            f"{cls._pyg_class().__module__}.{cls.__name__}, got {type(module).__name__}")
-        fused = copy.copy(module)
-        fused.__class__ = cls
-        fused._set_jittable_templates()
-        return fused

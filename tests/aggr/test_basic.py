@@ -60,3 +60,21 @@ def test_inside_message_passing(name):
     conv = SAGEConv(8, 4, aggr=pyg_fast.aggr.resolve(name))
     conv.load_state_dict(ref.state_dict())
     assert_close(conv(x, edge_index), ref(x, edge_index), torch.float32)
+
+
+@pytest.mark.parametrize("aggr", ["SumAggregation", "MeanAggregation", "MaxAggregation", "MinAggregation"])
+def test_layer_with_a_fast_aggregation_scripts(aggr):
+    """TorchScript gets PyG's aggregation class (same state); the eager layer keeps ours."""
+    conv = SAGEConv(16, 8, aggr=getattr(pyg_fast.aggr, aggr)())
+    x, edge_index = torch.randn(30, 16), torch.randint(0, 30, (2, 200))
+    scripted = torch.jit.script(conv)
+    torch.testing.assert_close(scripted(x, edge_index), conv(x, edge_index), rtol=1e-5, atol=1e-5)
+    assert type(conv.aggr_module) is getattr(pyg_fast.aggr, aggr)
+
+
+def test_scripted_model_under_the_switch():
+    conv = SAGEConv(16, 8, aggr="max")
+    x, edge_index = torch.randn(30, 16), torch.randint(0, 30, (2, 200))
+    with pyg_fast.patch():
+        scripted = torch.jit.script(conv)
+        torch.testing.assert_close(scripted(x, edge_index), conv(x, edge_index), rtol=1e-5, atol=1e-5)
