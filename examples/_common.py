@@ -56,48 +56,75 @@ def load_planetoid(args):
 
 
 def run(args, make_model, data) -> None:
-    """Trains the model from ``make_model()`` with each requested backend from the same seed
-    and prints accuracy and epoch times side by side."""
+    """Trains the model from ``make_model()`` with each requested backend from the same seed and
+    prints accuracy and epoch times side by side. With ``both`` the backends alternate epoch by
+    epoch in this process (each with its own random stream, so each sees the dropout masks of a
+    run on its own), so that a change in the machine's load reaches both alike."""
     backends = ["pyg", "pyg_fast"] if args.backend == "both" else [args.backend]
-    results = {}
+    runs = {}
     for backend in backends:
         torch.manual_seed(args.seed)
-        results[backend] = train(args, backend, make_model(), data)
-    print(f"\n{args.dataset}: backend | test accuracy | median epoch (train step)")
-    for backend, (acc, median_s) in results.items():
-        print(f"  {backend:8s} | {acc:.4f} | {median_s * 1e3:.2f} ms")
-    if len(results) == 2:
-        print(f"  pyg_fast speedup per epoch: {results['pyg'][1] / results['pyg_fast'][1]:.2f}x")
-
-
-def train(args, backend: str, model: torch.nn.Module, data):
-    """Trains with Adam, printing progress, and returns (test accuracy at the epoch of best
-    validation accuracy, as PyG's examples report it; median epoch time in seconds)."""
-    if backend == "pyg_fast":
-        import pyg_fast.nn
-        pyg_fast.convert(model)
-    model = model.to(args.device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    best_val = test_acc = 0.0
-    times = []
+        runs[backend] = Run(args, backend, make_model(), data)
     for epoch in range(1, args.epochs + 1):
+        for backend in (backends if epoch % 2 else backends[::-1]):
+            runs[backend].epoch(epoch)
+        if epoch % 20 == 0 or epoch == args.epochs:
+            print(f"epoch {epoch:03d}  " + "  |  ".join(runs[b].progress() for b in backends), flush=True)
+    print(f"\n{args.dataset}: backend | test accuracy | median epoch (train step)")
+    for backend, r in runs.items():
+        print(f"  {backend:8s} | {r.test_acc:.4f} | {r.median_s() * 1e3:.2f} ms")
+    if len(runs) == 2:
+        ratios = sorted(a / b for a, b in zip(runs["pyg"].times, runs["pyg_fast"].times))
+        print(f"  pyg_fast speedup per epoch (median of the epoch pairs): {ratios[len(ratios) // 2]:.2f}x")
+
+
+class Run:
+    """One backend's model, optimiser, random stream and results."""
+
+    def __init__(self, args, backend: str, model: torch.nn.Module, data):
+        if backend == "pyg_fast":
+            import pyg_fast
+            pyg_fast.convert(model)
+        self.args, self.backend, self.data = args, backend, data
+        self.model = model.to(args.device)
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+        self.rng = torch.get_rng_state()
+        self.cuda_rng = torch.cuda.get_rng_state() if args.device.startswith("cuda") else None
+        self.best_val = self.test_acc = 0.0
+        self.times, self.loss, self.accs = [], float("nan"), [0.0, 0.0, 0.0]
+
+    def epoch(self, epoch: int) -> None:
+        """One training step, timed, then evaluation (test accuracy at the best validation
+        accuracy, as PyG's examples report it)."""
+        args, data, model = self.args, self.data, self.model
+        torch.set_rng_state(self.rng)
+        if self.cuda_rng is not None:
+            torch.cuda.set_rng_state(self.cuda_rng)
         start = time.perf_counter()
         model.train()
-        optimizer.zero_grad()
+        self.optimizer.zero_grad()
         out = model(data.x, data.edge_index)
         loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
         loss.backward()
-        optimizer.step()
+        self.optimizer.step()
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+        self.times.append(time.perf_counter() - start)
         model.eval()
         with torch.no_grad():
             pred = model(data.x, data.edge_index).argmax(dim=-1)
-        accs = [float((pred[m] == data.y[m]).float().mean()) for m in (data.train_mask, data.val_mask, data.test_mask)]
-        if accs[1] > best_val:
-            best_val, test_acc = accs[1], accs[2]
-        if epoch % 20 == 0 or epoch == args.epochs:
-            print(f"[{backend}] epoch {epoch:03d}  loss {loss.item():.4f}  train {accs[0]:.4f}  "
-                  f"val {accs[1]:.4f}  test {accs[2]:.4f}  time {times[-1] * 1e3:.1f} ms")
-    return test_acc, sorted(times)[len(times) // 2]
+        self.accs = [float((pred[m] == data.y[m]).float().mean()) for m in (data.train_mask, data.val_mask,
+                                                                           data.test_mask)]
+        if self.accs[1] > self.best_val:
+            self.best_val, self.test_acc = self.accs[1], self.accs[2]
+        self.loss = loss.item()
+        self.rng = torch.get_rng_state()
+        if self.cuda_rng is not None:
+            self.cuda_rng = torch.cuda.get_rng_state()
+
+    def progress(self) -> str:
+        return (f"[{self.backend}] loss {self.loss:.4f} val {self.accs[1]:.4f} test {self.accs[2]:.4f} "
+                f"time {self.times[-1] * 1e3:.1f} ms")
+
+    def median_s(self) -> float:
+        return sorted(self.times)[len(self.times) // 2]
