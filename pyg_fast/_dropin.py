@@ -5,6 +5,7 @@ Python: graph caches, EdgeIndex, the kernels' Python wrappers; PyG's forward scr
 import copy
 
 import torch
+from torch_geometric.nn import MessagePassing
 
 
 class DropIn:
@@ -16,6 +17,16 @@ class DropIn:
 
     def __prepare_scriptable__(self) -> torch.nn.Module:
         return retyped(self, self._pyg_class())
+
+    def _set_jittable_templates(self, raise_on_error: bool = False) -> None:
+        """MessagePassing's generated ``propagate``, with ``_orig_propagate`` (what explain mode and
+        ``decomposed_layers > 1`` switch to) kept as PyG's Python ``propagate``: once a PyG layer of
+        the parent class exists, the parent's ``propagate`` is already the generated one, which
+        PyG's method would record."""
+        super()._set_jittable_templates(raise_on_error)
+        cls = type(self)
+        if "propagate" not in cls.__dict__ or cls.__dict__.get("_jinja_propagate") is cls.__dict__["propagate"]:
+            cls._orig_propagate = MessagePassing.propagate
 
     @classmethod
     def from_pyg(cls, module: torch.nn.Module) -> torch.nn.Module:
@@ -33,6 +44,6 @@ def retyped(module: torch.nn.Module, cls: type) -> torch.nn.Module:
     twin = copy.copy(module)
     twin.__dict__["_modules"] = dict(module._modules)
     twin.__class__ = cls
-    if hasattr(twin, "_set_jittable_templates"):  # MessagePassing: PyG's generated propagate
+    if isinstance(twin, MessagePassing):  # PyG's generated propagate
         twin._set_jittable_templates()
     return twin
