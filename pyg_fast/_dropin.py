@@ -15,8 +15,16 @@ class DropIn:
     def _pyg_class(cls) -> type:
         return cls.__mro__[cls.__mro__.index(DropIn) + 1]
 
+    # Attributes PyG's forward sets in eager mode and its scripted forward needs (a pyg_fast layer's
+    # forward never set them): name -> the value a twin starts with.
+    _script_defaults: dict = {}
+
     def __prepare_scriptable__(self) -> torch.nn.Module:
-        return retyped(self, self._pyg_class())
+        twin = retyped(self, self._pyg_class())
+        for name, value in self._script_defaults.items():
+            if name not in twin.__dict__:
+                setattr(twin, name, value)
+        return twin
 
     def _set_jittable_templates(self, raise_on_error: bool = False) -> None:
         """MessagePassing's generated ``propagate``, with ``_orig_propagate`` (what explain mode and

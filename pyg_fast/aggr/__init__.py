@@ -21,6 +21,7 @@ from torch_geometric.nn.aggr.base import expand_left
 from torch_geometric.utils import scatter, segment
 
 from pyg_fast._dropin import DropIn
+from pyg_fast.ops import _layout
 from pyg_fast.ops.segment_reduce import segment_reduce
 
 _KERNEL_REDUCES = ("sum", "add", "mean", "max", "min")
@@ -45,10 +46,23 @@ def reduce(self, x: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor
 
 def _on_kernels(x: Tensor, index: Optional[Tensor], ptr: Optional[Tensor], reduce: str) -> bool:
     """Whether :func:`reduce` runs pyg_fast's kernels: a basic reduction of floating-point values
-    by an index or a 1-D pointer, not traced (a trace would hold the example's sizes where they
-    reach the kernels; PyG's path records them as they flow)."""
-    return (reduce in _KERNEL_REDUCES and x.is_floating_point() and (index is not None or ptr is not None)
-            and (ptr is None or ptr.dim() == 1) and not torch.jit.is_tracing())
+    by a 1-D pointer or an index that needs no preparation of its own on this call, not traced (a
+    trace would hold the example's sizes where they reach the kernels; PyG's path records them as
+    they flow).
+
+    An index in unknown order must be grouped before the kernels run; a scatter needs no such
+    step, so on an index seen once (GCN's and GAT's graphs with self loops are new tensors every
+    call) PyG's path is the faster one, and the kernels take over from an index's second use,
+    prepared once then. An index known sorted (``torch_geometric.Index``) and ``torch.compile``
+    go to the kernels at once."""
+    if (reduce not in _KERNEL_REDUCES or not x.is_floating_point() or (index is None and ptr is None)
+            or (ptr is not None and ptr.dim() != 1) or torch.jit.is_tracing()):
+        return False
+    if ptr is not None or getattr(index, "is_sorted", False) or not _layout.eager(index):
+        return True
+    uses = _layout.cached(index, ("aggregation_uses",), lambda: [0])
+    uses[0] += 1
+    return uses[0] >= 2
 
 
 class _SegmentReduce(DropIn):

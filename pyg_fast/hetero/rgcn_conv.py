@@ -131,6 +131,9 @@ class RGCNConv(DropIn, pyg_nn.RGCNConv):
     grouping is cached with ``edge_type``; ``tensor_slice`` may pass a prebuilt
     :class:`RelationSlice`."""
     propagate_type = {"x": "Tensor", "edge_type_ptr": "OptTensor"}
+    # PyG's eager forward stores its segment-matmul heuristic's answer, which its scripted forward
+    # then assigns (a bool); the first call of PyG's class would have set it.
+    _script_defaults = {"_use_segment_matmul_heuristic_output": False}
 
     def forward(self, x: Union[Optional[Tensor], Tuple[Optional[Tensor], Tensor]], edge_index,
                 edge_type: Optional[Tensor] = None, tensor_slice: Optional[RelationSlice] = None):

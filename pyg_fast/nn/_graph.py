@@ -152,14 +152,18 @@ def gcn_normalized(edge_index: Tensor, edge_weight: Optional[Tensor], num_nodes:
     if add_self_loops:
         looped = with_self_loops(edge_index, num_nodes)
         # As PyG 2.8: without edge weights every loop weighs 1 (``improved`` only fills in the loops
-        # of a weighted graph); a node's existing loop gives its weight (PyG's last write wins too).
+        # of a weighted graph); a node's existing loop gives its weight, the last one in edge order
+        # where it has several (PyG's assignment on the CPU; on CUDA PyG's pick among them is
+        # unspecified).
         fill = 2.0 if improved and edge_weight is not None else 1.0
-        loop_weight = torch.full((num_nodes + 1,), fill, dtype=dtype, device=weight.device)
-        if edge_weight is not None:  # the other edges write into the spare slot num_nodes
+        loop_weight = torch.full((num_nodes,), fill, dtype=dtype, device=weight.device)
+        if edge_weight is not None:  # the other edges go to the spare slot num_nodes
             row = edge_index[0]
             keep = looped.is_loop[:E] & (row >= 0) & (row < num_nodes)
-            loop_weight.scatter_(0, torch.where(keep, row, num_nodes), weight)
-        weight = torch.cat([weight.masked_fill(looped.is_loop[:E], 0), loop_weight[:num_nodes]])
+            last = torch.full((num_nodes + 1,), -1, dtype=torch.long, device=weight.device).scatter_reduce_(
+                0, torch.where(keep, row, num_nodes), torch.arange(E, device=weight.device), "amax")[:num_nodes]
+            loop_weight = torch.where(last >= 0, weight[last.clamp(min=0)], loop_weight)
+        weight = torch.cat([weight.masked_fill(looped.is_loop[:E], 0), loop_weight])
         edge_index = looped.edge_index
     else:  # an alias: a value cached with edge_index must not hold a reference to it
         edge_index = edge_index.detach()

@@ -25,9 +25,21 @@ from typing import Dict, List, Optional
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# Layer file stem -> the class names pyg_fast replaces in that file.
-LAYERS = {"gcn": ["GCNConv"], "gin": ["GINConv"], "sage": ["SAGEConv"], "gat": ["GATConv"]}
+# Suite -> the class names pyg_fast replaces in its test file.
+LAYERS = {"gcn": ["GCNConv"], "gin": ["GINConv"], "sage": ["SAGEConv"], "gat": ["GATConv"],
+          "rgcn": ["FastRGCNConv", "RGCNConv"], "rgat": ["RGATConv"], "hgt": ["HGTConv"],
+          "linear": ["HeteroDictLinear", "HeteroLinear"],
+          "aggr": ["MaxAggregation", "MeanAggregation", "MinAggregation", "SumAggregation"]}
+# Suite -> its test file under PyG's test/ (the conv layers': nn/conv/test_<suite>_conv.py).
+PATHS = {"linear": "nn/dense/test_linear.py", "aggr": "nn/aggr/test_basic.py"}
+# Class name -> the pyg_fast module that holds it.
+SOURCES = {**{name: "pyg_fast.nn" for name in ("GCNConv", "GINConv", "SAGEConv", "GATConv")},
+           **{name: "pyg_fast.hetero" for name in ("RGCNConv", "FastRGCNConv", "RGATConv", "HGTConv",
+                                                    "HeteroLinear", "HeteroDictLinear")},
+           **{name: "pyg_fast.aggr" for name in LAYERS["aggr"]}}
 SUBSTITUTED = sorted(name for names in LAYERS.values() for name in names)
+# torch_geometric modules whose names are rebound.
+PYG_MODULES = ("torch_geometric.nn", "torch_geometric.nn.conv", "torch_geometric.nn.dense", "torch_geometric.nn.aggr")
 
 
 def pyg_test_dir() -> Path:
@@ -36,13 +48,13 @@ def pyg_test_dir() -> Path:
 
 def test_file(layer: str) -> Optional[Path]:
     """PyG's test file for ``layer``, or None when there is no checkout."""
-    path = pyg_test_dir() / "test" / "nn" / "conv" / f"test_{layer}_conv.py"
+    path = pyg_test_dir() / "test" / PATHS.get(layer, f"nn/conv/test_{layer}_conv.py")
     return path if path.is_file() else None
 
 
 def missing_reason(layers: List[str]) -> str:
-    files = ", ".join(f"test_{layer}_conv.py" for layer in layers)
-    return (f"PyG's test/nn/conv/{{{files}}} not found under {pyg_test_dir()}: PyG's tests are not "
+    files = ", ".join(PATHS.get(layer, f"nn/conv/test_{layer}_conv.py") for layer in layers)
+    return (f"PyG's test/{{{files}}} not found under {pyg_test_dir()}: PyG's tests are not "
             "published on PyPI; set PYG_TEST_DIR to a pytorch_geometric checkout (tag 2.8.0)")
 
 
@@ -56,7 +68,7 @@ def run(files: List[Path], substitute: bool) -> Dict:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.nn.pyg_suite",
-               f"--pyg-fast-report={report}", "--rootdir", str(files[0].parent), "-W", "ignore"]
+               f"--pyg-fast-report={report}", "--rootdir", str(pyg_test_dir() / "test"), "-W", "ignore"]
         if substitute:
             cmd.append("--pyg-fast-substitute")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT),
@@ -137,13 +149,13 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     if config.getoption("--pyg-fast-substitute"):
-        import torch_geometric.nn
-        import torch_geometric.nn.conv
-        import pyg_fast.nn
+        import importlib
         for name in SUBSTITUTED:
-            ours = getattr(pyg_fast.nn, name)
-            setattr(torch_geometric.nn, name, ours)
-            setattr(torch_geometric.nn.conv, name, ours)
+            ours = getattr(importlib.import_module(SOURCES[name]), name)
+            for module_name in PYG_MODULES:
+                module = importlib.import_module(module_name)
+                if hasattr(module, name):
+                    setattr(module, name, ours)
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -151,14 +163,14 @@ def pytest_collection_modifyitems(session, config, items):
     hold pyg_fast's class (else the run would silently test PyG)."""
     if not config.getoption("--pyg-fast-substitute"):
         return
-    import pyg_fast.nn
+    import importlib
     for module in {item.module for item in items if getattr(item, "module", None) is not None}:
         names = []
         for name in SUBSTITUTED:
             held = getattr(module, name, None)
             if held is None:
                 continue
-            if held is not getattr(pyg_fast.nn, name):
+            if held is not getattr(importlib.import_module(SOURCES[name]), name):
                 raise pytest.UsageError(f"{module.__file__} holds {held!r}, not pyg_fast's {name}")
             names.append(name)
         _STATE["substituted"][Path(module.__file__).name] = names

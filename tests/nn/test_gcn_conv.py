@@ -28,8 +28,10 @@ def pair(device, **kwargs):
 def test_matches_pyg(device, options, weighted, flow):
     ref, fast = pair(device, flow=flow, **options)
     ei = random_graph(40, 300, device)
+    if weighted and device == "cuda":  # PyG's pick among a node's several weighted self loops is unspecified on CUDA
+        ei = ei[:, ei[0] != ei[1]]
     x = torch.randn(40, 16, device=device, requires_grad=True)
-    args = (x, ei, torch.rand(300, device=device) + 0.1) if weighted else (x, ei)
+    args = (x, ei, torch.rand(ei.size(1), device=device) + 0.1) if weighted else (x, ei)
     for _ in range(2):  # the second call runs on cached layouts
         compare(ref, fast, args, (x,), expect_ops={"index_segment_reduce"})
     if options.get("cached"):
