@@ -122,11 +122,11 @@ def check(out: torch.Tensor, ref: torch.Tensor, rel_tol: float) -> bool:
 
 
 # Alternating timing rounds of the methods of one case (``time_interleaved``; they share the case's
-# budget). On the H100 machine (session 7) a timing window of a small-graph case now and then came
+# budget). On the H100 machine a timing window of a small-graph case now and then came
 # out 2-20x slower for whichever method was being timed (torch's and torch_scatter's too), a host
 # stall longer than the L2 flush that do_bench puts before each call: the median of several rounds,
 # taken far enough apart that one stall spoils few of them, keeps such a window out of the record.
-# Five, not three (session 13): two of three rounds of one method were caught at 2-5x.
+# Five, not three: two of three rounds of one method were once caught at 2-5x.
 TIMING_ROUNDS = 5
 
 

@@ -1,4 +1,4 @@
-"""CPU benchmark of issue 2: segment reduce (sum, mean, max) and weighted SpMM on
+"""CPU benchmark: segment reduce (sum, mean, max) and weighted SpMM on
 arxiv_like, F = 1..128, pyg_fast's C++ kernels against torch's CPU ops
 (``index_add_``, ``scatter_reduce_``, ``torch.segment_reduce``, ``torch.sparse.mm``).
 

@@ -1,5 +1,5 @@
-"""Where the time of pyg_fast's end-to-end steps goes (issue 3: "what dominates the remaining
-time"): the models of the e2e suites, converted with pyg_fast.nn.convert, under torch.profiler.
+"""Where the time of pyg_fast's end-to-end steps goes: the models of the e2e suites, converted
+with pyg_fast.convert, under torch.profiler.
 
     python -m benchmarks.profile_e2e --out DIR [--graphs arxiv_like,reddit2_like] [--steps 5]
 

@@ -206,7 +206,7 @@ def issue5(res: Results, rep: Report) -> None:
         chosen = ours.get("selector_reorders")
         agree.append(chosen == pays)
         saving = 1 - ours["iteration_ms"] / plain["ms"]
-        # Runs before session 5 timed one aggregation forward + backward as an iteration.
+        # Older records timed one aggregation forward + backward as an iteration.
         step = (f"training iteration of {ours['layers']} layers" if "layers" in ours
                 else "iteration of one aggregation forward + backward")
         if saving >= HELPS_SHARE:

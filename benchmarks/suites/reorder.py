@@ -1,4 +1,4 @@
-"""Suite "reorder" (issue 5): what ``pyg_fast.transforms.Reorder`` costs and what it buys.
+"""Suite "reorder": what ``pyg_fast.transforms.Reorder`` costs and what it buys.
 
 One training iteration = forward and backward of a two-layer GCN-style model (the depth of PyG's
 GCN example): ``h = relu(A (x W1)); out = A (h W2)``, A the weighted aggregation (SpMM)

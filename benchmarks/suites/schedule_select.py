@@ -1,4 +1,4 @@
-"""Suite "schedule_select" (issue 5): how good is the one schedule selector?
+"""Suite "schedule_select": how good is the one schedule selector?
 
 Gather-fused aggregation ``pyg_fast.index_segment_reduce(x, src, dst, V, reduce)`` (messages
 x[src] reduced per destination, edges sorted by destination) on each graph, F in {16, 32, 64,

@@ -7,7 +7,7 @@ extra fields tflops and pct_roofline = max(FLOPs / matmul peak, bytes / copy ban
 the measured time, with the device ceilings of pyg_fast.triton.segment_matmul_config.HARDWARE.
 The forward's records also hold copy_ms, the time of ``out.copy_(x)`` on the same rows in the
 same process, and pct_copy = copy_ms over the method's time: a reference stream, not a ceiling
-(a Triton tile copy is up to 7% faster at 131 MB, ``benchmarks/probes/stream_ceiling.py``).
+(a Triton tile copy measured up to 7% faster at 131 MB).
 """
 import csv
 import functools

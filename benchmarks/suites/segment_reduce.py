@@ -1,5 +1,5 @@
 """Suite "segment_reduce": rows of ``src`` [E, F] reduced per destination over the
-sorted index ``edge_index[1]`` of each benchmark graph (issue 2).
+sorted index ``edge_index[1]`` of each benchmark graph.
 
 Case keys: graph, F, reduce, dtype. Methods: ``pyg_fast``
 (``pyg_fast.segment_reduce``), ``torch_index_add`` (sum; mean divides by the
@@ -120,8 +120,8 @@ def torch_reducers(index: Tensor, ptr: Tensor, reduce: str, dtype: torch.dtype,
 
     def scatter(src: Tensor) -> Tensor:
         if reduce in ("max", "min") and src.is_cuda and src.numel() >= 2 ** 31:
-            # torch_scatter 2.1.2's CUDA scatter max/min at E * F >= 2^31 gave wrong results (H100,
-            # session 2) and hit an illegal address (session 5), which ends the process's CUDA context.
+            # torch_scatter 2.1.2's CUDA scatter max/min at E * F >= 2^31 gave wrong results on the
+            # H100 and hit an illegal address, which ends the process's CUDA context.
             raise RuntimeError("not run: torch_scatter's CUDA scatter max/min fails for E * F >= 2^31")
         return torch_scatter.scatter(src, index, dim=0, dim_size=num_segments, reduce=reduce)
     reducers["torch_scatter_scatter"] = scatter

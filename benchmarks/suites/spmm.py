@@ -1,4 +1,4 @@
-"""Suite "spmm": weighted sum aggregation out[dst] += w[e] * x[src] (issue 2), i.e.
+"""Suite "spmm": weighted sum aggregation out[dst] += w[e] * x[src], i.e.
 SpMM of the [V, V] adjacency with edge weights w [E] and features x [V, F].
 
 Case keys: graph, F, dtype. Methods: ``pyg_fast``

@@ -1,4 +1,4 @@
-"""Community-aware node renumbering (issue 5): neighbours get nearby ids, so the rows a
+"""Community-aware node renumbering: neighbours get nearby ids, so the rows a
 segment reduction gathers (``x[src]``) lie close together in memory and in cache.
 
 Everything runs on the edges' device without a Python loop over nodes or communities: one sort
@@ -180,7 +180,7 @@ def community_rcm_order(edge_index: Tensor, num_nodes: int, communities: Tensor,
 
 # Communities up to this many nodes take the sequential op (module docstring of
 # community_rcm_order). CUDA: a warp walks about one parent or 32 neighbours per microsecond,
-# while a level-synchronous BFS level costs about 0.9 ms on the H100 (sbm_1000, session 7).
+# while a level-synchronous BFS level costs about 0.9 ms on the H100 (sbm_1000).
 MAX_SEQUENTIAL = {"cuda": 4096}
 # Devices whose op reads neighbour lists pre-sorted by (degree, id) (the CPU op sorts each node's
 # new neighbours itself, cheaper there than a global sort).

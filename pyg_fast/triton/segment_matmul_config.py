@@ -45,8 +45,7 @@ class ModelConstants(NamedTuple):
     """The performance model's fitted constants (``python -m benchmarks.sweep_segment_matmul``
     measures every candidate and fits them)."""
     # a program's start, per KB of its row tile: the first tiles and the weight arrive before the
-    # first product (measured: 3-5 us per 32 KB fp32 tile, under 1 us per 16 KB one;
-    # results/probe_segment_matmul_fwd_fp32_tiles_h100.log)
+    # first product (measured on the H100: 3-5 us per 32 KB fp32 tile, under 1 us per 16 KB one)
     start_us_per_kb: float
     load_latency_us: float  # a program's loads in flight complete every load_latency_us
     # the model picks programs of at most this many rows per byte of the element size (the
@@ -56,7 +55,7 @@ class ModelConstants(NamedTuple):
     drain_programs: float  # programs' time the launch's end costs (SMs out of work)
 
 
-# Fitted to benchmarks/results/segment_matmul_sweep_h100.jsonl (48 cases, block tables): the pick's measured
+# Fitted to benchmarks/data/sweeps/segment_matmul_h100.jsonl (48 cases, block tables): the pick's measured
 # time over the best candidate's is 1.047 in geometric mean, at worst 1.17 (DBLP K = 64 fp32); 3.1% of the
 # summed best time is lost. Without the start cost: 1.050, 4.6% lost, and BGS / AM fp32 K = 128 got 64-row
 # tiles 6-9% slower than the 32-row ones. The drain term fits to zero here.
@@ -191,8 +190,8 @@ def modelled_candidates(K: int, N: int, dtype: torch.dtype, ceil: dict,
 
 # A backward item has at least this many times the rows whose x and g bytes equal its fp32 K x N
 # weight-gradient partial: smaller items spend more on writing and summing partials than on their
-# rows. Fitted to benchmarks/results/probe_segment_matmul_bwd_rows_h100.log (items of 1, 2, 4, 8x
-# the four-wave size, 8 distributions, K = 64/128, bf16/fp32): against the best size per case,
+# rows. Fitted on the H100 to items of 1, 2, 4, 8x the four-wave size (8 distributions, K = 64/128,
+# bf16/fp32): against the best size per case,
 # geomean 1.146 -> 1.072 (4: 1.128, 8-10: 1.072, 12: 1.114); MUTAG K = 128 bf16 0.123 -> 0.070 ms.
 PARTIAL_ROWS_FACTOR = 8
 
@@ -224,7 +223,7 @@ def bwd_config(K: int, N: int, dtype: torch.dtype, stats: SizeStats, num_sms: in
 
 # Where more items than this share a type, the weight gradient adds them atomically unless it must
 # be deterministic: the type's last program sums its partials alone, a serial tail. Measured on the
-# H100 (benchmarks/results/probe_segment_matmul_bwd_h100.log): with up to 44 items per type the
+# H100: with up to 44 items per type the
 # ordered sum takes 2-34% less time than atomics (no zero fill, no cast); with 71 to 444 items
 # atomics win in bf16 (by up to 5.8x), less so or not at all in fp32 (Freebase: ordered 3-6% ahead).
 ATOMIC_MIN_ITEMS = 64
@@ -234,8 +233,7 @@ ATOMIC_MIN_ITEMS = 64
 # Forward blocks and backward items
 # A forward launch's last rows go to blocks a quarter as long (at least one row tile): the SMs
 # then run out of work together instead of waiting for the last full-length programs. The tail
-# holds TAIL_WAVES waves of full-length programs, one per SM. Measured on the H100
-# (benchmarks/results/probe_segment_matmul_fwd_tails_h100.log, fp32): BGS K = 128 0.453 ->
+# holds TAIL_WAVES waves of full-length programs, one per SM. Measured on the H100 (fp32): BGS K = 128 0.453 ->
 # 0.423 ms, K = 64 0.207 -> 0.200 ms, AM K = 128 1.300 -> 1.262 ms; 1 or 2 waves gained less.
 TAIL_WAVES = 0.5
 TAIL_SHRINK = 4

@@ -56,7 +56,7 @@ class ReorderModel:
     reordered_locality: float  # hit rate Reorder reaches at every level on a graph with communities
 
 
-# CUDA: fitted to an H100 (suite "reorder", session 9, Reorder with the hash-drawn label propagation
+# CUDA: fitted to an H100 (suite "reorder", Reorder with the hash-drawn label propagation
 # op): Reorder took 5.0 ms (sbm_1000: 4 M edges, 200k nodes), 25 ms (reddit2_like: 23 M edges,
 # 233k nodes) and 34 ms (sbm_large: 32 M edges, 2 M nodes), fitted within 15% by 2 ms + 0.9 ns per
 # edge + 0.6 ns per node. Graphs whose label propagation ends in one giant community cost more

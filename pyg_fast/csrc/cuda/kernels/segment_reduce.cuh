@@ -190,7 +190,7 @@ __device__ __forceinline__ void fold_vec(acc_t (&acc)[VEC], const Vec<scalar_t, 
   }
 }
 
-// Rows of one lane's segment loaded per round (see fold_rows). On the H100 (session 5) 4 rows per
+// Rows of one lane's segment loaded per round (see fold_rows). On the H100 4 rows per
 // round beat 16 for one-float vectors (F = 1: up to 1.4x slower at 16, more registers, lower
 // occupancy); 16-byte vectors were measured at 4 rows only.
 constexpr int kFoldUnroll = 4;
