@@ -1,0 +1,69 @@
+"""Converted layers under DistributedDataParallel (two CPU processes, gloo): one training step
+gives the gradients of the single-process run, with each rank's caches its own."""
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+import torch_geometric.nn as pyg_nn
+
+import pyg_fast
+
+WORLD = 2
+
+
+class Net(torch.nn.Module):
+    def __init__(self, kind: str):
+        super().__init__()
+        make = {"gcn": pyg_nn.GCNConv, "sage": pyg_nn.SAGEConv}[kind]
+        self.conv1, self.conv2 = make(8, 16), make(16, 4)
+
+    def forward(self, x, edge_index):
+        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+
+def model(kind: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return Net(kind)
+
+
+def data():
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(50, 8, generator=gen)
+    edge_index = torch.randint(0, 50, (2, 400), generator=gen)
+    y = torch.randint(0, 4, (50,), generator=gen)
+    return x, edge_index, y
+
+
+def loss_on(net, nodes):
+    x, edge_index, y = data()
+    return F.cross_entropy(net(x, edge_index)[nodes], y[nodes])
+
+
+def rank_nodes(rank: int) -> torch.Tensor:
+    return torch.arange(rank, 50, WORLD)  # each rank's share of the training nodes
+
+
+def worker(rank: int, kind: str, init_file: str, out_dir: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
+    try:
+        net = pyg_fast.convert(model(kind), verbose=False)
+        ddp = torch.nn.parallel.DistributedDataParallel(net)
+        loss_on(ddp, rank_nodes(rank)).backward()
+        torch.save([p.grad for p in ddp.parameters()], os.path.join(out_dir, f"grads{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("kind", ["gcn", "sage"])
+def test_ddp_step_matches_single_process(kind, tmp_path):
+    mp.spawn(worker, args=(kind, str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD, join=True)
+    single = model(kind)
+    # DDP averages the ranks' gradients: the mean of their losses, here in one process
+    (sum(loss_on(single, rank_nodes(r)) for r in range(WORLD)) / WORLD).backward()
+    for rank in range(WORLD):
+        grads = torch.load(tmp_path / f"grads{rank}.pt")
+        for got, param in zip(grads, single.parameters()):
+            torch.testing.assert_close(got, param.grad, rtol=1e-5, atol=1e-6)
