@@ -119,3 +119,52 @@ def test_op_compiles_without_breaks_and_matches_float64(device, case):
         expected = torch.autograd.grad(fn(*args), diff, seed)  # eager pyg_fast, checked against float64 above
         for g, e in zip(got, expected):
             assert_close(g, e, torch.float32)
+
+
+def hetero_cases():
+    """(name, module, inputs of a graph with n nodes) of every heterogeneous layer."""
+    import pyg_fast.hetero as fast
+
+    def relational(n):
+        return (torch.randn(n, 16, requires_grad=True), torch.randint(0, n, (2, 6 * n)),
+                torch.randint(0, 3, (6 * n,)))
+
+    def hgt(n):
+        x = {"a": torch.randn(n, 16, requires_grad=True), "b": torch.randn(n + 3, 16, requires_grad=True)}
+        e = {("a", "to", "b"): torch.stack([torch.randint(0, n, (5 * n,)), torch.randint(0, n + 3, (5 * n,))]),
+             ("b", "to", "a"): torch.stack([torch.randint(0, n + 3, (5 * n,)), torch.randint(0, n, (5 * n,))]),
+             ("a", "self", "a"): torch.randint(0, n, (2, 3 * n))}
+        return x, e
+    meta = (["a", "b"], [("a", "to", "b"), ("b", "to", "a"), ("a", "self", "a")])
+    return [("rgcn", lambda: fast.RGCNConv(16, 8, 3), relational),
+            ("fast_rgcn", lambda: fast.FastRGCNConv(16, 8, 3, num_bases=2), relational),
+            ("rgat", lambda: fast.RGATConv(16, 8, 3), relational),
+            ("hetero_linear", lambda: fast.HeteroLinear(16, 8, 3),
+             lambda n: (torch.randn(n, 16, requires_grad=True), torch.randint(0, 3, (n,)))),
+            ("hetero_dict_linear", lambda: fast.HeteroDictLinear(16, 8, types=list("abcd")),
+             lambda n: ({k: torch.randn(n, 16, requires_grad=True) for k in "abcd"},)),
+            ("hgt", lambda: fast.HGTConv(16, 16, meta, heads=2), hgt)]
+
+
+def flat(out):
+    return torch.cat([v for _, v in sorted(out.items())]) if isinstance(out, dict) else out
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_hetero_layer_compiles_without_breaks(case):
+    """The heterogeneous layers (CPU): one graph for graphs of three sizes, eager's outputs and
+    parameter gradients."""
+    name, make, inputs = hetero_cases()[case]
+    torch.manual_seed(0)
+    module = make()
+    args = [inputs(n) for n in (40, 57, 90)]
+    outs, breaks, graphs = run_compiled(module, args, dynamic=True)
+    assert breaks == 0 and graphs == 1, name
+    for out, a in zip(outs, args):
+        got = torch.autograd.grad(flat(out).square().sum(), list(module.parameters()), allow_unused=True)
+        expected_out = module(*a)
+        torch.testing.assert_close(flat(out), flat(expected_out), rtol=1e-4, atol=1e-4)
+        expected = torch.autograd.grad(flat(expected_out).square().sum(), list(module.parameters()), allow_unused=True)
+        for g, e in zip(got, expected):
+            if e is not None:
+                torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)

@@ -12,6 +12,7 @@ from torch import Tensor
 from torch_geometric.typing import Adj, EdgeType, NodeType
 
 from pyg_fast._dropin import DropIn
+from pyg_fast.ops import _layout
 from pyg_fast.hetero.linear import HeteroDictLinear, HeteroLinear, autocast_operands
 from pyg_fast.hetero.rgcn_conv import needs_message_passing
 from pyg_fast.hetero.tensor_slice import host_ptr, index_on
@@ -76,18 +77,26 @@ class HGTConv(DropIn, pyg_nn.HGTConv):
         """Sources and destinations of all edge types in the concatenated node numbering (PyG's
         construct_bipartite_edge_index). Reused while the same, unmodified edge tensors come in,
         so that the kernels' per-index caches (sorting, validation) hit."""
+        tensors = [edge_index_dict[et] for et in src_offset]
+        if not _layout.eager(*tensors):  # traced: no identity of a tensor may enter the graph
+            return self._concatenated(edge_index_dict, src_offset, dst_offset)
         key = tuple((et, src_offset[et], dst_offset[et[-1]], id(edge_index_dict[et]), edge_index_dict[et]._version)
                     for et in src_offset)
         cached = _BIPARTITE_CACHE.get(self)
         if cached is not None and cached[0] == key and all(ref() is edge_index_dict[et]
                                                            for ref, et in zip(cached[1], src_offset)):
             return cached[2], cached[3]
-        offsets = [torch.tensor([[src_offset[et]], [dst_offset[et[-1]]]], device=edge_index_dict[et].device)
-                   for et in src_offset]
-        edge_index = torch.cat([edge_index_dict[et] + off for et, off in zip(src_offset, offsets)], dim=1)
-        src, dst = edge_index[0].contiguous(), edge_index[1].contiguous()
-        _BIPARTITE_CACHE[self] = (key, [weakref.ref(edge_index_dict[et]) for et in src_offset], src, dst)
+        src, dst = self._concatenated(edge_index_dict, src_offset, dst_offset)
+        _BIPARTITE_CACHE[self] = (key, [weakref.ref(t) for t in tensors], src, dst)
         return src, dst
+
+    @staticmethod
+    def _concatenated(edge_index_dict: Dict[EdgeType, Tensor], src_offset: Dict[EdgeType, int],
+                      dst_offset: Dict[NodeType, int]) -> Tuple[Tensor, Tensor]:
+        edge_index = torch.cat([torch.stack([edge_index_dict[et][0] + src_offset[et],
+                                             edge_index_dict[et][1] + dst_offset[et[-1]]])
+                                for et in src_offset], dim=1)
+        return edge_index[0].contiguous(), edge_index[1].contiguous()
 
     def _construct_src_node_feat(self, k_dict: Dict[str, Tensor], v_dict: Dict[str, Tensor],
                                  edge_index_dict: Dict[EdgeType, Adj]) -> Tuple[Tensor, Tensor, Dict[EdgeType, int]]:

@@ -55,7 +55,9 @@ class RelationSlice(TensorSlice):
 
 def relation_slice(edge_index: Tensor, edge_type: Tensor, num_relations: int, num_dst: int) -> RelationSlice:
     """The :class:`RelationSlice` of a graph, cached while ``edge_type`` and ``edge_index`` are
-    alive and unchanged."""
+    alive and unchanged (in eager mode)."""
+    if not _layout.eager(edge_index, edge_type):  # traced: no identity of a tensor may enter the graph
+        return RelationSlice(edge_index, edge_type, num_relations, num_dst)
     owner = weakref.ref(edge_index)
 
     def compute():

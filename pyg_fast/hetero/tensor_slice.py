@@ -74,7 +74,8 @@ def slice_for(types: Tensor, num_types: int, device: torch.device, given: Option
               is_sorted: bool = False) -> TensorSlice:
     """``given`` if it was built from ``types``, else the slice cached with ``types``."""
     if given is not None:
-        if not given.matches(types) or given.num_types != num_types:
+        # (the identity of a traced tensor cannot be checked: a traced call trusts the slice it is given)
+        if given.num_types != num_types or (_layout.eager(types) and not given.matches(types)):
             raise ValueError("pyg_fast: the 'tensor_slice' passed was built from other types than the ones "
                              "given to this call")
         return given
