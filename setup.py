@@ -52,7 +52,10 @@ setup(
     package_data={"pyg_fast": ["tuning/*.json"]},
     python_requires=">=3.10",
     install_requires=["torch>=2.4", "torch_geometric>=2.6"],
-    extras_require={"test": ["pytest", "pytest-xdist"], "triton": ["triton"]},
+    # test: the suite (Triton's interpreter runs the segmented-matmul kernels on the CPU);
+    # bench: the benchmark harness and the heterogeneous datasets' loaders
+    extras_require={"test": ["pytest", "pytest-xdist", "triton", "scipy"],
+                    "bench": ["triton", "scipy", "pandas", "rdflib"]},
     ext_modules=[extension()],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     zip_safe=False,

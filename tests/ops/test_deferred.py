@@ -102,3 +102,16 @@ def test_layer_on_a_new_graph_never_synchronises(kind):
         torch.cuda.set_sync_debug_mode("default")
     torch.testing.assert_close(out, ref(x.detach(), edge_index), rtol=1e-4, atol=1e-4)
     pyg_fast.check_errors()
+
+
+def test_messages_name_the_arguments_passed():
+    x = torch.randn(10, 4)
+    src, dst = torch.tensor([0, 1, 2, 3]), torch.tensor([0, 0, 1, 2])
+    with pytest.raises(IndexError, match=r"'dst_index' holds values outside \[0, 2\) \(dim_size\)"):
+        pyg_fast.index_segment_reduce(x, src, dst, 2)  # dim_size too small
+    with pytest.raises(ValueError, match="'dst_index' has 6 entries but 'src_index' has 4"):
+        pyg_fast.index_segment_reduce(x, src, torch.zeros(6, dtype=torch.long), 3)
+    with pytest.raises(ValueError, match="'ptr' must be non-decreasing from 0 to 6"):
+        pyg_fast.segment_reduce(torch.randn(6, 2), ptr=torch.tensor([0, 2, 4, 5]))  # the last row left out
+    with pytest.raises(ValueError, match="'ptr' must be non-decreasing from 0 to 6"):
+        pyg_fast.segment_matmul(torch.randn(6, 2), torch.tensor([0, 2, 5]), torch.randn(2, 2, 3))
