@@ -22,6 +22,7 @@ from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 
 from pyg_fast.ops import _deferred
+from pyg_fast.ops._checks import check_index_tensor
 
 # id(owner) -> (weak reference to owner, {slot: value}); the reference's callback drops the entry
 # when the owner dies. Keyed by id rather than through torch's WeakTensorKeyDictionary, which
@@ -255,7 +256,6 @@ def segments(index: Optional[Tensor], ptr: Optional[Tensor], rows: Tensor, dim: 
     ``size_name`` argument) defaults to what ``ptr`` says or to ``index.max() + 1`` (one host
     synchronisation: pass it). A ``torch_geometric.Index`` says whether it is sorted where
     ``is_sorted`` is None."""
-    from pyg_fast.ops._checks import check_index_tensor
     if ptr is not None:
         check_index_tensor(ptr, "ptr", None, rows.device)
         if num_segments is not None and num_segments != ptr.numel() - 1:
