@@ -84,23 +84,28 @@ def step_functions(net: torch.nn.Module, x, edge_index, y):
     return train_step, infer
 
 
-def run(rec: Recorder, device, quick: bool = False) -> None:
-    device = torch.device(device)
+def cases(device: torch.device, quick: bool):
+    """(case, graph inputs (x, edge_index, y), stock model, converted model) of every model on
+    every graph; the device's cache is emptied after each."""
     for graph_name in selected(QUICK_GRAPHS if quick else GRAPHS):
-        x, edge_index, y = graph_inputs(graph_name, device)
+        inputs = graph_inputs(graph_name, device)
         for model_name in MODELS:
             stock, fast = stock_and_fast(model_name, device)
-            with torch.no_grad():  # outputs are checked before timing
-                torch.testing.assert_close(fast(x, edge_index), stock(x, edge_index), rtol=1e-3, atol=1e-3)
-            case = {"model": model_name, "graph": graph_name}
-            steps = {method: step_functions(net, x, edge_index, y)
-                     for method, net in (("pyg_fast", fast), ("pyg", stock))}
-            for suite, which in (("e2e_train", 0), ("e2e_infer", 1)):
-                fns = {method: pair[which] for method, pair in steps.items()}
-                # the two models in alternating rounds: a Cora step is host-bound, and the host's speed drifts
-                times = time_interleaved(fns, *budget_for(quick), device, TIMING_ROUNDS)
-                for method, fn in fns.items():
-                    rec.add(suite, case, method, times[method], peak_mb=_peak_mb(device, fn))
+            yield {"model": model_name, "graph": graph_name}, inputs, stock, fast
             del stock, fast
             if device.type == "cuda":
                 torch.cuda.empty_cache()
+
+
+def run(rec: Recorder, device, quick: bool = False) -> None:
+    device = torch.device(device)
+    for case, (x, edge_index, y), stock, fast in cases(device, quick):
+        with torch.no_grad():  # outputs are checked before timing
+            torch.testing.assert_close(fast(x, edge_index), stock(x, edge_index), rtol=1e-3, atol=1e-3)
+        steps = {method: step_functions(net, x, edge_index, y) for method, net in (("pyg_fast", fast), ("pyg", stock))}
+        for suite, which in (("e2e_train", 0), ("e2e_infer", 1)):
+            fns = {method: pair[which] for method, pair in steps.items()}
+            # the two models in alternating rounds: a Cora step is host-bound, and the host's speed drifts
+            times = time_interleaved(fns, *budget_for(quick), device, TIMING_ROUNDS)
+            for method, fn in fns.items():
+                rec.add(suite, case, method, times[method], peak_mb=_peak_mb(device, fn))

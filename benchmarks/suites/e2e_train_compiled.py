@@ -15,8 +15,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from benchmarks.common import TIMING_ROUNDS, Recorder, budget_for, time_interleaved
-from benchmarks.graphs import selected
-from benchmarks.suites.e2e import MODELS, QUICK_GRAPHS, GRAPHS, graph_inputs, step_functions, stock_and_fast
+from benchmarks.suites.e2e import cases, step_functions
 
 SUITE = "e2e_train_compiled"
 
@@ -39,22 +38,16 @@ def compiled(net: torch.nn.Module, reference: torch.nn.Module, x, edge_index, y)
 
 def run(rec: Recorder, device, quick: bool = False) -> None:
     device = torch.device(device)
-    for graph_name in selected(QUICK_GRAPHS if quick else GRAPHS):
-        x, edge_index, y = graph_inputs(graph_name, device)
-        for model_name in MODELS:
-            stock, fast = stock_and_fast(model_name, device)
-            case = {"model": model_name, "graph": graph_name}
-            fns, extra = {}, {}
-            reference = copy.deepcopy(stock)  # the compiled steps train the models they were given
-            for method, net in (("pyg_fast", fast), ("pyg_compiled", stock)):
-                model, step, compile_s, breaks = compiled(net, reference, x, edge_index, y)
-                fns[method], extra[method] = step, dict(compile_s=compile_s, graph_breaks=breaks)
-            fns["pyg_fast_eager"] = step_functions(fast, x, edge_index, y)[0]
-            fns["pyg"] = step_functions(stock, x, edge_index, y)[0]
-            times = time_interleaved(fns, *budget_for(quick), device, TIMING_ROUNDS)
-            for method in fns:
-                rec.add(SUITE, case, method, times[method], **extra.get(method, {}))
-            torch._dynamo.reset()
-            del stock, fast, fns
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+    for case, (x, edge_index, y), stock, fast in cases(device, quick):
+        fns, extra = {}, {}
+        reference = copy.deepcopy(stock)  # the compiled steps train the models they were given
+        for method, net in (("pyg_fast", fast), ("pyg_compiled", stock)):
+            model, step, compile_s, breaks = compiled(net, reference, x, edge_index, y)
+            fns[method], extra[method] = step, dict(compile_s=compile_s, graph_breaks=breaks)
+        fns["pyg_fast_eager"] = step_functions(fast, x, edge_index, y)[0]
+        fns["pyg"] = step_functions(stock, x, edge_index, y)[0]
+        times = time_interleaved(fns, *budget_for(quick), device, TIMING_ROUNDS)
+        for method in fns:
+            rec.add(SUITE, case, method, times[method], **extra.get(method, {}))
+        del fns
+        torch._dynamo.reset()
