@@ -53,11 +53,13 @@ struct SoftmaxForward {
 
   __device__ State identity() const { return {neg_inf<acc_t>(), acc_t(0)}; }
   __device__ Item load(int64_t k) const { return static_cast<acc_t>(src[k]); }
+  // A -inf value adds exp(-inf) = 0; tested apart, since -inf - -inf (a row that starts with -inf
+  // values, e.g. masked edges) is NaN.
   __device__ static void fold(State& st, Item v) {
     if (v > st.m) {
       st.s = st.s * exp_acc(st.m - v) + acc_t(1);
       st.m = v;
-    } else {
+    } else if (v > neg_inf<acc_t>()) {
       st.s += exp_acc(v - st.m);
     }
   }
