@@ -14,6 +14,11 @@
     Path of the measured schedule table the CUDA segment kernels choose from (``None``: the
     table shipped in ``pyg_fast/tuning/rules.json``). Takes effect through
     :func:`pyg_fast.tuning.load_rules`.
+
+``segment_matmul_autotune``, ``segment_matmul_tune_file``
+    Whether the segmented matmul times its best candidate launches on the GPU for each new kind
+    of input (else a performance model picks one), and a JSON file keeping those choices across
+    runs. Read when the Triton kernels are first used.
 """
 from dataclasses import dataclass
 from typing import Optional
@@ -25,6 +30,8 @@ VALIDATE_MODES = ("async", "sync")
 class Config:
     validate: str = "async"
     tuning_rules: Optional[str] = None
+    segment_matmul_autotune: bool = False
+    segment_matmul_tune_file: Optional[str] = None
 
     def __setattr__(self, name, value):
         if name == "validate" and value not in VALIDATE_MODES:

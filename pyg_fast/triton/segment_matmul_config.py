@@ -339,13 +339,14 @@ class Tuner:
     """Chooses launch configurations: the performance model by default, measured candidates when
     autotuning is on. Results live in memory and, with a cache file, in JSON users can ship.
 
-    Enable with ``pyg_fast.triton.segment_matmul_config.TUNER.enable(cache_file=...)`` or the
-    environment variables ``PYG_FAST_SEGMM_AUTOTUNE=1`` and ``PYG_FAST_SEGMM_TUNE_FILE``.
+    Enable with ``pyg_fast.config.segment_matmul_autotune`` / ``segment_matmul_tune_file`` (read
+    when this module is first imported) or ``TUNER.enable(cache_file=...)``.
     """
 
     def __init__(self):
-        self.autotune = os.getenv("PYG_FAST_SEGMM_AUTOTUNE", "0") == "1"
-        self.cache_file: Optional[str] = os.getenv("PYG_FAST_SEGMM_TUNE_FILE")
+        from pyg_fast.config import config
+        self.autotune = config.segment_matmul_autotune
+        self.cache_file: Optional[str] = config.segment_matmul_tune_file
         self.top_k = 6
         self._cache: Dict[str, SegmmConfig] = {}
         self._lock = threading.Lock()
