@@ -1,56 +1,430 @@
-"""torch_scatter-compatible ``scatter``, ``segment_coo`` and ``segment_csr`` on pyg_fast kernels.
+"""torch_scatter 2.1.2's public API on pyg_fast's kernels.
 
-Same signatures, defaults (``scatter``'s ``dim=-1``) and results as torch_scatter 2.1
-for a 1-D index / indptr along the reduced dimension, which is how PyG calls them.
-Multi-dimensional indices (one index per batch entry) raise NotImplementedError
-instead of silently taking a slow path. ``out`` is supported for ``reduce="sum"``,
-where torch_scatter accumulates into it.
+Every name of ``torch_scatter`` with its signature, defaults (``dim=-1`` for the scatter
+family), return tuples and conventions: ``index``/``indptr`` broadcast against ``src``; empty
+slots give 0 (1 for ``mul``) and, for min/max, the argument ``src.size(dim)``; ``out`` is
+accumulated into by the scatter and COO families (sum, mul, min, max include its values; mean
+divides ``out + sum`` by the count) and overwritten by the CSR family; the gradient of min/max
+goes to the arg element alone.
+
+Floating-point sum, mean, min and max over an index that is one 1-D index along ``dim`` (the usual
+case, and how PyG calls it) run pyg_fast's segment kernels. Integer values, ``reduce="mul"``,
+indices that differ along other dimensions, and the arg outputs of min/max run torch's
+``scatter_reduce``/``scatter_add`` instead; the composites (std, logsumexp, softmax, log_softmax)
+are built from these functions.
 """
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from pyg_fast.ops.segment_reduce import segment_reduce
 
-
-def _one_dim(index: Tensor, name: str) -> None:
-    if index.dim() != 1:
-        raise NotImplementedError(f"pyg_fast.compat.torch_scatter: only a 1-D '{name}' is supported, got shape "
-                                  f"{tuple(index.shape)}")
+_TORCH_NAMES = {"max": "amax", "min": "amin"}
 
 
-def _into(result: Tensor, out: Optional[Tensor], reduce: str) -> Tensor:
-    if out is None:
-        return result
-    if reduce not in ("sum", "add"):
-        raise NotImplementedError("pyg_fast.compat.torch_scatter: 'out' is supported for reduce='sum' only")
-    return out.add_(result)
+def broadcast(src: Tensor, other: Tensor, dim: int) -> Tensor:
+    """``src`` (an index) expanded to ``other``'s shape: a 1-D index lies along ``dim``, a shorter
+    one gains trailing dimensions."""
+    if dim < 0:
+        dim = other.dim() + dim
+    if src.dim() == 1:
+        for _ in range(dim):
+            src = src.unsqueeze(0)
+    for _ in range(src.dim(), other.dim()):
+        src = src.unsqueeze(-1)
+    return src.expand(other.size())
 
 
+def _one_index(index: Tensor, src: Tensor, dim: int) -> Optional[Tensor]:
+    """The 1-D index along ``dim`` that ``index`` broadcasts from, or None when it differs along
+    another dimension."""
+    if index.dim() == 1:
+        return index
+    if index.dim() > dim and all(index.size(i) == 1 for i in range(index.dim()) if i != dim):
+        return index.reshape(-1)
+    return None
+
+
+def _size(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int]) -> list:
+    if out is not None:
+        return list(out.size())
+    size = list(src.size())
+    size[dim] = dim_size if dim_size is not None else (int(index.max()) + 1 if index.numel() > 0 else 0)
+    return size
+
+
+def _positions(src: Tensor, dim: int) -> Tensor:
+    """Each element's position along ``dim``, shaped like ``src``."""
+    shape = [1] * src.dim()
+    shape[dim] = src.size(dim)
+    return torch.arange(src.size(dim), device=src.device).view(shape).expand_as(src)
+
+
+class _ArgReduce(torch.autograd.Function):
+    """min/max with their arguments; the gradient goes to the arg element alone, as torch_scatter's."""
+
+    @staticmethod
+    def forward(ctx, src, index, dim, out, size, reduce, one):
+        E = src.size(dim)
+        index_b = broadcast(index, src, dim)
+        if out is None:
+            if src.is_floating_point() and one is not None:
+                values = segment_reduce(src, one, dim_size=size[dim], reduce=reduce, dim=dim)
+            else:
+                values = src.new_zeros(size).scatter_reduce_(dim, index_b, src, _TORCH_NAMES[reduce],
+                                                             include_self=False)
+            hit = src == values.gather(dim, index_b)
+        else:
+            initial = out.gather(dim, index_b)
+            values = out.scatter_reduce_(dim, index_b, src, _TORCH_NAMES[reduce], include_self=True)
+            ctx.mark_dirty(out)
+            hit = (src == values.gather(dim, index_b)) & (src > initial if reduce == "max" else src < initial)
+        candidates = torch.where(hit, _positions(src, dim), E)
+        arg = torch.full(size, E, dtype=torch.long, device=src.device).scatter_reduce_(
+            dim, index_b, candidates, "amin", include_self=True)
+        ctx.mark_non_differentiable(arg)
+        ctx.save_for_backward(arg)
+        ctx.dim, ctx.src_shape = dim, src.shape
+        return values, arg
+
+    @staticmethod
+    def backward(ctx, grad_values, grad_arg):
+        (arg,) = ctx.saved_tensors
+        shape = list(ctx.src_shape)
+        shape[ctx.dim] += 1  # a slot for the empty ones' argument src.size(dim)
+        grad = grad_values.new_zeros(shape).scatter_(ctx.dim, arg, grad_values)
+        return grad.narrow(ctx.dim, 0, ctx.src_shape[ctx.dim]), None, None, None, None, None, None
+
+
+def _scatter(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int],
+             reduce: str) -> Tuple[Tensor, Optional[Tensor]]:
+    """(result, arg or None) of a scatter reduction along ``dim``, torch_scatter's semantics."""
+    if reduce not in ("sum", "add", "mul", "mean", "min", "max"):
+        raise ValueError(f"pyg_fast.compat.torch_scatter: reduce must be sum, add, mul, mean, min or max, got "
+                         f"{reduce!r}")
+    dim = dim + src.dim() if dim < 0 else dim
+    size = _size(src, index, dim, out, dim_size)
+    one = _one_index(index, src, dim)
+    if reduce in ("min", "max"):
+        return _ArgReduce.apply(src, index, dim, out, size, reduce, one)
+    if reduce in ("sum", "add", "mean") and out is None and src.is_floating_point() and one is not None:
+        return segment_reduce(src, one, dim_size=size[dim], reduce="mean" if reduce == "mean" else "sum",
+                              dim=dim), None
+    index_b = broadcast(index, src, dim)
+    if reduce == "mul":
+        base = out if out is not None else src.new_ones(size)
+        return base.scatter_reduce_(dim, index_b, src, "prod", include_self=True), None
+    base = out if out is not None else src.new_zeros(size)
+    total = base.scatter_add_(dim, index_b, src)
+    if reduce != "mean":
+        return total, None
+    index_dim = dim if index.dim() > dim else index.dim() - 1
+    count = src.new_zeros(_counts_shape(index, index_dim, size[dim])).scatter_add_(
+        index_dim, index, torch.ones_like(index, dtype=src.dtype)).clamp_(min=1)
+    count = broadcast(count, total, dim)
+    return (total.true_divide_(count) if total.is_floating_point() else total.div_(count, rounding_mode="floor")), None
+
+
+def _counts_shape(index: Tensor, dim: int, size: int) -> list:
+    shape = list(index.size())
+    shape[dim] = size
+    return shape
+
+
+# TorchScript compiles the public functions below (torch_scatter's tests script each of them) and
+# calls back into Python for their bodies: the kernels' wrappers are Python.
+@torch.jit.ignore
+def _reduced(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int],
+             reduce: str) -> Tensor:
+    return _scatter(src, index, dim, out, dim_size, reduce)[0]
+
+
+@torch.jit.ignore
+def _with_arg(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int],
+              reduce: str) -> Tuple[Tensor, Tensor]:
+    values, arg = _scatter(src, index, dim, out, dim_size, reduce)
+    return values, arg
+
+
+@torch.jit.ignore
+def _csr_reduced(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str) -> Tensor:
+    return _segment_csr(src, indptr, out, reduce)[0]
+
+
+@torch.jit.ignore
+def _csr_with_arg(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str) -> Tuple[Tensor, Tensor]:
+    values, arg = _segment_csr(src, indptr, out, reduce)
+    return values, arg
+
+
+@torch.jit.ignore
+def _coo_reduced(src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[int], reduce: str) -> Tensor:
+    return _coo(src, index, out, dim_size, reduce)[0]
+
+
+@torch.jit.ignore
+def _coo_with_arg(src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[int],
+                  reduce: str) -> Tuple[Tensor, Tensor]:
+    values, arg = _coo(src, index, out, dim_size, reduce)
+    return values, arg
+
+
+# The scatter family ------------------------------------------------------------------------------
 def scatter(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
             dim_size: Optional[int] = None, reduce: str = "sum") -> Tensor:
-    """``torch_scatter.scatter``: reduces ``src`` along ``dim`` into the slots given by ``index``."""
-    _one_dim(index, "index")
-    if dim_size is None and out is not None:
-        dim_size = out.size(dim)
-    return _into(segment_reduce(src, index=index, dim_size=dim_size, reduce=reduce, dim=dim), out, reduce)
+    """Reduces ``src`` along ``dim`` into the slots ``index`` names (sum, add, mul, mean, min, max)."""
+    return _reduced(src, index, dim, out, dim_size, reduce)
+
+
+def scatter_sum(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+                dim_size: Optional[int] = None) -> Tensor:
+    return _reduced(src, index, dim, out, dim_size, "sum")
+
+
+def scatter_add(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+                dim_size: Optional[int] = None) -> Tensor:
+    return _reduced(src, index, dim, out, dim_size, "sum")
+
+
+def scatter_mul(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+                dim_size: Optional[int] = None) -> Tensor:
+    return _reduced(src, index, dim, out, dim_size, "mul")
+
+
+def scatter_mean(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+                 dim_size: Optional[int] = None) -> Tensor:
+    return _reduced(src, index, dim, out, dim_size, "mean")
+
+
+def scatter_min(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+                dim_size: Optional[int] = None) -> Tuple[Tensor, Tensor]:
+    return _with_arg(src, index, dim, out, dim_size, "min")
+
+
+def scatter_max(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+                dim_size: Optional[int] = None) -> Tuple[Tensor, Tensor]:
+    return _with_arg(src, index, dim, out, dim_size, "max")
+
+
+# The CSR and COO families ------------------------------------------------------------------------
+def _rows_of(indptr: Tensor, src: Tensor) -> Tuple[Tensor, int, int]:
+    """(the segment of every row of ``src`` along ``indptr.dim() - 1``, as an index shaped like
+    ``indptr`` with the rows along its last dimension; the dimension; the number of segments).
+    Rows outside every segment get the spare segment number V, dropped afterwards."""
+    dim = indptr.dim() - 1
+    sizes = list(indptr.size())
+    for i in range(dim):
+        sizes[i] = src.size(i)
+    indptr = indptr.expand(sizes)
+    V, E = max(indptr.size(-1) - 1, 0), src.size(dim)  # an empty indptr has no segment
+    positions = torch.arange(E, device=src.device).expand(sizes[:-1] + [E]).contiguous()
+    rows = torch.searchsorted(indptr.contiguous(), positions, right=True) - 1
+    rows = torch.where((rows < 0) | (rows >= V), V, rows)
+    return rows, dim, V
+
+
+def _segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str):
+    rows, dim, V = _rows_of(indptr, src)
+    result, arg = _scatter(src, rows, dim, None, V + 1, reduce)
+    result = result.narrow(dim, 0, V)
+    arg = arg.narrow(dim, 0, V) if arg is not None else None
+    if out is not None:  # the CSR family writes its result into out
+        result = out.copy_(result)
+    return result, arg
+
+
+def segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None, reduce: str = "sum") -> Tensor:
+    """Reduces ``src[..., indptr[i]:indptr[i + 1], ...]`` along ``indptr.dim() - 1``."""
+    return _csr_reduced(src, indptr, out, reduce)
+
+
+def segment_sum_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tensor:
+    return _csr_reduced(src, indptr, out, "sum")
+
+
+def segment_add_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tensor:
+    return _csr_reduced(src, indptr, out, "sum")
+
+
+def segment_mean_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tensor:
+    return _csr_reduced(src, indptr, out, "mean")
+
+
+def segment_min_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    return _csr_with_arg(src, indptr, out, "min")
+
+
+def segment_max_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    return _csr_with_arg(src, indptr, out, "max")
+
+
+@torch.jit.ignore
+def _gather_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor]) -> Tensor:
+    dim = indptr.dim() - 1
+    E = int(indptr.select(-1, -1).max()) if indptr.numel() > 0 and out is None else None
+    size = list(src.size())
+    size[dim] = out.size(dim) if out is not None else (E if E is not None else 0)
+    template = src.new_empty(size)
+    rows, _, V = _rows_of(indptr, template)
+    gathered = torch.cat([src, src.new_zeros(src.shape[:dim] + (1,) + src.shape[dim + 1:])], dim)
+    result = gathered.gather(dim, broadcast(rows, template, dim))
+    return out.copy_(result) if out is not None else result
+
+
+def gather_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tensor:
+    """Row ``e`` of the result is ``src``'s row of the segment ``e`` lies in (the inverse of
+    ``segment_csr``)."""
+    return _gather_csr(src, indptr, out)
+
+
+def _coo(src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[int], reduce: str):
+    sizes = list(index.size())
+    for i in range(index.dim()):
+        sizes[i] = src.size(i)
+    index = index.expand(sizes)
+    dim = index.dim() - 1
+    if out is None and dim_size is None:
+        dim_size = int(index.max()) + 1 if index.numel() > 0 else 0
+    return _scatter(src, index, dim, out, dim_size, reduce)
 
 
 def segment_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None, dim_size: Optional[int] = None,
                 reduce: str = "sum") -> Tensor:
-    """``torch_scatter.segment_coo``: like ``scatter`` along ``index.dim() - 1`` for a sorted index."""
-    _one_dim(index, "index")
-    if dim_size is None and out is not None:
-        dim_size = out.size(0)
-    return _into(segment_reduce(src, index=index, dim_size=dim_size, reduce=reduce, dim=0, sorted=True), out,
-                 reduce)
+    """Reduces ``src`` along ``index.dim() - 1`` into the slots of a sorted ``index``."""
+    return _coo_reduced(src, index, out, dim_size, reduce)
 
 
-def segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None, reduce: str = "sum") -> Tensor:
-    """``torch_scatter.segment_csr``: reduces ``src[indptr[i]:indptr[i+1]]`` along ``indptr.dim() - 1``."""
-    _one_dim(indptr, "indptr")
-    return _into(segment_reduce(src, ptr=indptr, reduce=reduce, dim=0), out, reduce)
+def segment_sum_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None,
+                    dim_size: Optional[int] = None) -> Tensor:
+    return _coo_reduced(src, index, out, dim_size, "sum")
 
 
-__all__ = ["scatter", "segment_coo", "segment_csr"]
+def segment_add_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None,
+                    dim_size: Optional[int] = None) -> Tensor:
+    return _coo_reduced(src, index, out, dim_size, "sum")
+
+
+def segment_mean_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None,
+                     dim_size: Optional[int] = None) -> Tensor:
+    return _coo_reduced(src, index, out, dim_size, "mean")
+
+
+def segment_min_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None,
+                    dim_size: Optional[int] = None) -> Tuple[Tensor, Tensor]:
+    return _coo_with_arg(src, index, out, dim_size, "min")
+
+
+def segment_max_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None,
+                    dim_size: Optional[int] = None) -> Tuple[Tensor, Tensor]:
+    return _coo_with_arg(src, index, out, dim_size, "max")
+
+
+@torch.jit.ignore
+def _gather_coo(src: Tensor, index: Tensor, out: Optional[Tensor]) -> Tensor:
+    dim = index.dim() - 1
+    sizes = list(index.size())
+    for i in range(dim):
+        sizes[i] = src.size(i)
+    index = index.expand(sizes)
+    size = list(src.size())
+    size[dim] = index.size(dim)
+    result = src.gather(dim, broadcast(index, src.new_empty(size), dim))
+    return out.copy_(result) if out is not None else result
+
+
+def gather_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None) -> Tensor:
+    """``src``'s rows named by ``index`` along ``index.dim() - 1`` (the inverse of ``segment_coo``)."""
+    return _gather_coo(src, index, out)
+
+
+# Composites --------------------------------------------------------------------------------------
+def _floating(src: Tensor, name: str) -> None:
+    if not torch.is_floating_point(src):
+        raise ValueError(f"`{name}` can only be computed over tensors with floating point data types.")
+
+
+@torch.jit.ignore
+def _scatter_std(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor],
+                dim_size: Optional[int], unbiased: bool) -> Tensor:
+    if out is not None:
+        dim_size = out.size(dim)
+    dim = dim + src.dim() if dim < 0 else dim
+    count_dim = dim if index.dim() > dim else index.dim() - 1
+    count = scatter_sum(torch.ones(index.size(), dtype=src.dtype, device=src.device), index, count_dim,
+                        dim_size=dim_size)
+    index = broadcast(index, src, dim)
+    total = scatter_sum(src, index, dim, dim_size=dim_size)
+    count = broadcast(count, total, dim).clamp(1)
+    deviation = src - total.div(count).gather(dim, index)
+    result = scatter_sum(deviation * deviation, index, dim, out, dim_size)
+    if unbiased:
+        count = count.sub(1).clamp_(1)
+    return result.div(count + 1e-6).sqrt()
+
+
+def scatter_std(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+                dim_size: Optional[int] = None, unbiased: bool = True) -> Tensor:
+    return _scatter_std(src, index, dim, out, dim_size, unbiased)
+
+
+@torch.jit.ignore
+def _scatter_logsumexp(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor],
+                      dim_size: Optional[int], eps: float) -> Tensor:
+    _floating(src, "scatter_logsumexp")
+    index = broadcast(index, src, dim)
+    if out is not None:
+        dim_size = out.size(dim)
+    elif dim_size is None:
+        dim_size = int(index.max()) + 1
+    size = list(src.size())
+    size[dim] = dim_size
+    maxima = torch.full(size, float("-inf"), dtype=src.dtype, device=src.device)
+    scatter_max(src, index, dim, maxima, dim_size=dim_size)
+    shifted = src - maxima.gather(dim, index)
+    shifted = shifted.masked_fill(torch.isnan(shifted), float("-inf"))
+    if out is not None:
+        out = out.sub_(maxima).exp_()
+    total = scatter_sum(shifted.exp(), index, dim, out, dim_size)
+    return total.add_(eps).log_().add_(maxima).nan_to_num_(neginf=0.0)
+
+
+def scatter_logsumexp(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+                      dim_size: Optional[int] = None, eps: float = 1e-12) -> Tensor:
+    return _scatter_logsumexp(src, index, dim, out, dim_size, eps)
+
+
+@torch.jit.ignore
+def _scatter_softmax(src: Tensor, index: Tensor, dim: int, dim_size: Optional[int]) -> Tensor:
+    _floating(src, "scatter_softmax")
+    index = broadcast(index, src, dim)
+    maxima = scatter_max(src, index, dim=dim, dim_size=dim_size)[0]
+    exp = (src - maxima.gather(dim, index)).exp()
+    return exp.div(scatter_sum(exp, index, dim, dim_size=dim_size).gather(dim, index))
+
+
+def scatter_softmax(src: Tensor, index: Tensor, dim: int = -1, dim_size: Optional[int] = None) -> Tensor:
+    return _scatter_softmax(src, index, dim, dim_size)
+
+
+@torch.jit.ignore
+def _scatter_log_softmax(src: Tensor, index: Tensor, dim: int, eps: float,
+                        dim_size: Optional[int]) -> Tensor:
+    _floating(src, "scatter_log_softmax")
+    index = broadcast(index, src, dim)
+    maxima = scatter_max(src, index, dim=dim, dim_size=dim_size)[0]
+    shifted = src - maxima.gather(dim, index)
+    total = scatter_sum(shifted.exp(), index, dim, dim_size=dim_size)
+    return shifted - total.add_(eps).log_().gather(dim, index)
+
+
+def scatter_log_softmax(src: Tensor, index: Tensor, dim: int = -1, eps: float = 1e-12,
+                        dim_size: Optional[int] = None) -> Tensor:
+    return _scatter_log_softmax(src, index, dim, eps, dim_size)
+
+
+__all__ = ["scatter_sum", "scatter_add", "scatter_mul", "scatter_mean", "scatter_min", "scatter_max", "scatter",
+           "segment_sum_csr", "segment_add_csr", "segment_mean_csr", "segment_min_csr", "segment_max_csr",
+           "segment_csr", "gather_csr", "segment_sum_coo", "segment_add_coo", "segment_mean_coo", "segment_min_coo",
+           "segment_max_coo", "segment_coo", "gather_coo", "scatter_std", "scatter_logsumexp", "scatter_softmax",
+           "scatter_log_softmax"]

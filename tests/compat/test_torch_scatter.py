@@ -22,15 +22,113 @@ def test_against_float64(device, reduce):
     assert_close(compat.scatter(src[perm], index[perm], dim=0, dim_size=15, reduce=reduce), ref, torch.float32)
 
 
-def test_out_accumulates_for_sum_and_limits_raise():
-    index, src = torch.tensor([0, 0, 2]), torch.ones(3, 2)
-    out = torch.full((3, 2), 10.0)
-    compat.scatter(src, index, dim=0, out=out)
-    assert out.tolist() == [[12.0, 12.0], [10.0, 10.0], [11.0, 11.0]]
-    with pytest.raises(NotImplementedError, match="out"):
-        compat.scatter(src, index, dim=0, out=out, reduce="max")
-    with pytest.raises(NotImplementedError, match="1-D"):
-        compat.segment_coo(src, index.view(1, 3))
+def loop_reference(src, index, dim_size, reduce, out=None):
+    """torch_scatter's semantics along dim 0 with Python loops, in float64: an empty slot gives 0
+    (1 for mul) and the argument len(src); ``out`` joins sum, mul, min and max, and mean divides
+    out + sum by the count; the argument is the first row that beat the value so far."""
+    E, F = src.shape
+    values, args = [], []
+    for i in range(dim_size):
+        rows = [e for e in range(E) if int(index[e]) == i]
+        column_values, column_args = [], []
+        for f in range(F):
+            start = None if out is None else float(out[i, f])
+            vals = [float(src[e, f]) for e in rows]
+            arg = E
+            if reduce in ("sum", "mean"):
+                v = (start or 0.0) + sum(vals)
+                if reduce == "mean":
+                    v /= max(len(vals), 1)
+            elif reduce == "mul":
+                v = 1.0 if start is None else start
+                for x in vals:
+                    v *= x
+            else:
+                best = start
+                for e, x in zip(rows, vals):
+                    if best is None or (x > best if reduce == "max" else x < best):
+                        best, arg = x, e
+                v = 0.0 if best is None else best
+            column_values.append(v)
+            column_args.append(arg)
+        values.append(column_values)
+        args.append(column_args)
+    return torch.tensor(values, dtype=torch.float64), torch.tensor(args)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mul", "mean", "min", "max"])
+@pytest.mark.parametrize("with_out", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_scatter_semantics(reduce, with_out, dtype):
+    index = torch.tensor([0, 2, 2, 0, 3, 2, 0])
+    src = (torch.randn(7, 3) * 4).to(dtype)
+    src[3] = src[0]  # a tie
+    out = (torch.randn(5, 3) * 4).to(dtype) if with_out else None
+    ref_values, ref_args = loop_reference(src, index, 5, reduce, out)
+    got = getattr(compat, f"scatter_{reduce}")(src, index, 0, None if out is None else out.clone(), 5)
+    values, args = got if reduce in ("min", "max") else (got, None)
+    if dtype == torch.int64 and reduce == "mean":  # integer division rounds down
+        start = out.double() if out is not None else 0
+        ref_values = torch.div(start + _sums(src, index, 5), _counts(index, 5), rounding_mode="floor")
+    torch.testing.assert_close(values.double(), ref_values, rtol=1e-5, atol=1e-5)
+    if args is not None:
+        assert args.tolist() == ref_args.tolist()
+
+
+def _sums(src, index, size):
+    return torch.zeros(size, src.size(1), dtype=torch.float64).index_add_(0, index, src.double())
+
+
+def _counts(index, size):
+    return torch.bincount(index, minlength=size).clamp(min=1).double().unsqueeze(1)
+
+
+def test_broadcast_index_along_other_dimensions():
+    """An index of several dimensions (a different index per batch) and a 1-D index along dim 1."""
+    src = torch.randn(2, 6, 3)
+    index = torch.tensor([[0, 1, 1, 2, 0, 0], [2, 2, 1, 0, 0, 1]])
+    for reduce in ("sum", "mean", "max"):
+        got = compat.scatter(src, index, dim=1, reduce=reduce)
+        for b in range(2):
+            assert_close(got[b], scatter_reference(src[b], index[b], 3, reduce), torch.float32)
+    one = torch.tensor([0, 1, 1, 2, 0, 0])
+    assert_close(compat.scatter(src, one, dim=1, reduce="mean"), scatter_reference(src, one, 3, "mean", dim=1),
+                 torch.float32)
+
+
+def test_max_gradient_goes_to_the_argument():
+    src = torch.tensor([[1.0], [3.0], [3.0], [2.0]], requires_grad=True)
+    values, args = compat.scatter_max(src, torch.tensor([0, 0, 0, 1]), dim=0)
+    values.sum().backward()
+    assert args.flatten().tolist() == [1, 3] and src.grad.flatten().tolist() == [0.0, 1.0, 0.0, 1.0]
+
+
+def test_csr_family_overwrites_out_and_takes_an_empty_indptr():
+    src, indptr = torch.ones(5, 2), torch.tensor([0, 2, 2, 5])
+    out = torch.full((3, 2), 7.0)
+    compat.segment_csr(src, indptr, out=out)
+    assert out.tolist() == [[2.0, 2.0], [0.0, 0.0], [3.0, 3.0]]
+    assert compat.segment_csr(torch.zeros(0, 2), torch.tensor([], dtype=torch.long)).shape == (0, 2)
+    assert compat.gather_csr(torch.tensor([[1.0], [2.0], [3.0]]), indptr).flatten().tolist() == [1, 1, 3, 3, 3]
+
+
+def test_composites_match_their_definitions():
+    src, index = torch.randn(9, 2), torch.tensor([0, 0, 1, 1, 1, 2, 2, 2, 2])
+    for i in range(3):
+        rows = src[index == i].double()
+        assert_close(compat.scatter_std(src, index, dim=0)[i], rows.var(0, unbiased=True).sqrt(),
+                     torch.float32, scale=100)
+        assert_close(compat.scatter_logsumexp(src, index, dim=0)[i], rows.logsumexp(0), torch.float32)
+        assert_close(compat.scatter_softmax(src, index, dim=0)[index == i], rows.softmax(0), torch.float32)
+        assert_close(compat.scatter_log_softmax(src, index, dim=0)[index == i], rows.log_softmax(0), torch.float32)
+
+
+def test_every_name_scripts():
+    for name in compat.__all__:
+        torch.jit.script(getattr(compat, name))
+    scripted = torch.jit.script(compat.scatter_max)
+    src, index = torch.randn(6, 2), torch.tensor([0, 1, 0, 1, 2, 2])
+    assert all(torch.equal(a, b) for a, b in zip(scripted(src, index, 0), compat.scatter_max(src, index, 0)))
 
 
 def test_same_as_torch_scatter_when_installed():
@@ -42,3 +140,24 @@ def test_same_as_torch_scatter_when_installed():
                      torch_scatter.segment_coo(src, index, dim_size=9, reduce=reduce), torch.float32)
         assert_close(compat.scatter(src, index, dim=0, dim_size=9, reduce=reduce),
                      torch_scatter.scatter(src, index, dim=0, dim_size=9, reduce=reduce), torch.float32)
+
+
+def test_use_as_torch_scatter_reaches_imports_and_pyg(monkeypatch):
+    """(monkeypatch puts every name it touched back afterwards)"""
+    import sys
+
+    import torch_geometric.typing
+    import torch_geometric.utils._scatter as pyg_scatter
+    import torch_geometric.utils._segment as pyg_segment
+    from torch_geometric.utils import scatter as pyg_scatter_fn
+
+    import pyg_fast.compat
+    monkeypatch.setitem(sys.modules, "torch_scatter", None)  # removed again afterwards if it was absent
+    monkeypatch.setattr(torch_geometric.typing, "WITH_TORCH_SCATTER", False)
+    for module in (torch_geometric.typing, pyg_scatter, pyg_segment):
+        monkeypatch.setattr(module, "torch_scatter", None, raising=False)
+    pyg_fast.compat.use_as_torch_scatter()
+    import torch_scatter
+    assert torch_scatter is compat and pyg_scatter.torch_scatter is compat
+    src, index = torch.randn(6, 3, requires_grad=True), torch.tensor([0, 1, 0, 1, 2, 2])
+    assert_close(pyg_scatter_fn(src, index, 0, 3, "max"), scatter_reference(src, index, 3, "max"), torch.float32)
