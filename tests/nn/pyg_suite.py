@@ -62,7 +62,7 @@ def missing_reason(layers: List[str]) -> str:
 # Runner
 # ---------------------------------------------------------------------------------------------
 
-def run(files: List[Path], substitute: bool) -> Dict:
+def run(files: List[Path], substitute: bool, patched: bool = False) -> Dict:
     """Runs PyG's test ``files`` in a subprocess; returns ``{"outcomes": {test id: outcome},
     "reasons": {test id: skip/failure text}, "substituted": {file name: [class names]}}``."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -71,6 +71,8 @@ def run(files: List[Path], substitute: bool) -> Dict:
                f"--pyg-fast-report={report}", "--rootdir", str(pyg_test_dir() / "test"), "-W", "ignore"]
         if substitute:
             cmd.append("--pyg-fast-substitute")
+        if patched:
+            cmd.append("--pyg-fast-patch")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT),
                                                                           os.environ.get("PYTHONPATH")])))
         proc = subprocess.run(cmd + [str(f) for f in files], cwd=tmp, env=env, capture_output=True, text=True)
@@ -100,6 +102,19 @@ def compare(layers: List[str]) -> Dict[str, Dict]:
             "kernels": {k: ours["kernels"].get(k, []) for k in ids},
         }
     return result
+
+
+def compare_patched(paths: List[str]) -> Dict[str, Dict[str, str]]:
+    """PyG's test files (paths under its test/, e.g. ``nn/conv``) with and without
+    ``pyg_fast.patch()``: {test id: (outcome without, outcome with)} for the tests whose outcome
+    differs."""
+    files = [pyg_test_dir() / "test" / path for path in paths]
+    files = [f for f in files if f.exists()]
+    if not files:
+        return {}
+    stock, patched = run(files, substitute=False), run(files, substitute=False, patched=True)
+    return {k: (v, patched["outcomes"].get(k, "not run")) for k, v in stock["outcomes"].items()
+            if severity(patched["outcomes"].get(k, "not run")) > severity(v)}
 
 
 def main(argv: List[str]) -> int:
@@ -142,12 +157,17 @@ _STATE = {"outcomes": {}, "reasons": {}, "substituted": {}, "kernels": {}}  # th
 
 
 def pytest_addoption(parser):
+    parser.addoption("--pyg-fast-patch", action="store_true",
+                     help="turn pyg_fast.patch() on for the whole run (PyG's classes, pyg_fast's kernels)")
     parser.addoption("--pyg-fast-substitute", action="store_true",
                      help="rebind torch_geometric.nn's layer classes to pyg_fast.nn's before collection")
     parser.addoption("--pyg-fast-report", default=None, help="write per-test outcomes to this JSON file")
 
 
 def pytest_configure(config):
+    if config.getoption("--pyg-fast-patch"):
+        import pyg_fast
+        pyg_fast.patch()
     if config.getoption("--pyg-fast-substitute"):
         import importlib
         for name in SUBSTITUTED:

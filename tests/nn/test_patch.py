@@ -11,7 +11,8 @@ from tests.nn._helpers import PygFastOps, random_graph
                                   lambda: pyg_nn.GATConv(16, 4, heads=2)])
 def test_patch_routes_aggregation_and_undoes(conv):
     """An index seen once takes PyG's scatter (grouping it first would cost more); from its second
-    use the kernels run on it, prepared once. GAT's index (with self loops) is new every call."""
+    use the kernels run on it, prepared once. GAT's index (with self loops) is new every call, used
+    twice in it (softmax, then aggregation)."""
     layer = conv()
     x, ei = torch.randn(30, 16, requires_grad=True), random_graph(30, 200)
     expected = layer(x, ei)
@@ -23,8 +24,8 @@ def test_patch_routes_aggregation_and_undoes(conv):
                 (g,) = torch.autograd.grad(out.sum(), x)
             torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(g, g_ref, rtol=1e-5, atol=1e-5)
-            reused = call == 1 and not isinstance(layer, pyg_nn.GATConv)
-            assert bool(mode.ops & {"segment_reduce", "index_segment_reduce"}) == reused
+            if not isinstance(layer, pyg_nn.GATConv):
+                assert bool(mode.ops & {"segment_reduce", "index_segment_reduce"}) == (call == 1)
         with pytest.raises(RuntimeError, match="already active"):
             patch()
     assert not handle.active and Aggregation.reduce is _ORIGINAL_REDUCE
@@ -35,3 +36,21 @@ def test_patched_layer_scripts():
         layer = pyg_nn.SAGEConv(16, 8)
         x, ei = torch.randn(10, 16), random_graph(10, 30)
         torch.testing.assert_close(torch.jit.script(layer)(x, ei), layer(x, ei), rtol=1e-5, atol=1e-5)
+
+
+def test_patch_rebinds_scatter_and_undo_restores_every_site():
+    import sys
+    import torch_geometric.utils as pyg_utils
+    patch_module = sys.modules["pyg_fast.patch"]  # the module (pyg_fast.patch is the function)
+    holders = [m for m in list(sys.modules.values()) if getattr(m, "__name__", "").startswith("torch_geometric")
+               and getattr(m, "scatter", None) is pyg_utils.scatter]
+    with patch() as handle:
+        assert handle.sites == {"scatter": len(holders)} and len(holders) > 10  # PyG's layers import it
+        assert all(m.scatter is patch_module.scatter for m in holders)
+        src, index = torch.randn(40, 8), torch.randint(0, 10, (40,))
+        expected = pyg_utils.scatter(src, index, 0, 10, "max")
+        for _ in range(2):  # PyG's scatter on the first use of an index, the kernel from the second
+            with PygFastOps() as mode:
+                torch.testing.assert_close(patch_module.scatter(src, index, 0, 10, "max"), expected)
+        assert "segment_reduce" in mode.ops
+    assert all(m.scatter is pyg_utils.scatter for m in holders)

@@ -19,3 +19,15 @@ def test_pyg_layer_tests_pass_on_pyg_fast():
         if not any(result["kernels"].values()):
             problems.append(f"no test of {result['file']} reached a pyg_fast kernel")
     assert not problems, "\n".join(problems)
+
+
+PATCHED_SUITES = ["nn/conv", "nn/aggr", "utils/test_scatter.py", "utils/test_softmax.py"]
+
+
+def test_pyg_tests_pass_under_the_switch():
+    """PyG's own tests of its layers, aggregations and scatter/softmax utilities, run with
+    pyg_fast.patch() on: every test that passes without it passes with it."""
+    if not (pyg_suite.pyg_test_dir() / "test").is_dir():
+        pytest.skip(pyg_suite.missing_reason(list(pyg_suite.LAYERS)))
+    worse = pyg_suite.compare_patched(PATCHED_SUITES)
+    assert not worse, "\n".join(f"{k}: {a} -> {b}" for k, (a, b) in worse.items())
