@@ -49,12 +49,19 @@ def rank_nodes(rank: int) -> torch.Tensor:
 def worker(rank: int, kind: str, init_file: str, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
     try:
-        net = pyg_fast.convert(model(kind), verbose=False)
-        ddp = torch.nn.parallel.DistributedDataParallel(net)
-        loss_on(ddp, rank_nodes(rank)).backward()
-        torch.save([p.grad for p in ddp.parameters()], os.path.join(out_dir, f"grads{rank}.pt"))
+        step(rank, kind, out_dir)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def step(rank: int, kind: str, out_dir: str) -> None:
+    # Its own frame: the DDP module dies before the process group. Freed after it (torch 2.13, gloo),
+    # the reducer's destructor joined gloo's thread while holding the GIL that thread waited for.
+    net = pyg_fast.convert(model(kind), verbose=False)
+    ddp = torch.nn.parallel.DistributedDataParallel(net)
+    loss_on(ddp, rank_nodes(rank)).backward()
+    torch.save([p.grad for p in ddp.parameters()], os.path.join(out_dir, f"grads{rank}.pt"))
 
 
 @pytest.mark.parametrize("kind", ["gcn", "sage"])

@@ -82,10 +82,37 @@ def by_destination(edge_index: Tensor, num_src: int, num_dst: int, flow: str,
     def compute() -> Graph:
         names = f"edge_index[{i}]|the number of target nodes|edge_index[{j}]|the number of source nodes"
         ptr, perm, src = _layout.grouped_edges(edge_index[i], num_dst, edge_index[j],
-                                               _layout.rows_of(num_src, edge_index.device), names, is_sorted)
+                                               _layout.rows_of(num_src, edge_index.device), names, is_sorted,
+                                               edge_index)
         return Graph(src, ptr, perm)
 
     return _layout.cached(edge_index, ("by_destination", num_src, num_dst, flow, is_sorted), compute)
+
+
+def by_destination_looped(edge_index: Tensor, num_src: int, num_dst: int, num_loops: int, flow: str) -> Graph:
+    """``by_destination`` of ``with_self_loops(edge_index, num_loops).edge_index``, derived from the
+    grouping of ``edge_index`` itself rather than sorted again: in a stable grouping each target
+    ``v < num_loops`` keeps its edges in order and then its loop (input position E + v). Under
+    compile and trace the grouping of the caller's ``edge_index`` is kept from step to step (that
+    of a graph with loops appended, a new tensor every step, could not be)."""
+    def compute() -> Graph:
+        j, i = _endpoints(flow)
+        names = f"edge_index[{i}]|the number of target nodes|edge_index[{j}]|the number of source nodes"
+        ptr, perm, src = _layout.grouped_edges(edge_index[i], num_dst, edge_index[j],
+                                               _layout.rows_of(num_src, edge_index.device), names,
+                                               owner=edge_index)
+        E = src.numel()
+        node = torch.arange(num_dst + 1, device=ptr.device).clamp_(max=num_loops)  # loops before each target
+        looped_ptr = ptr + node
+        edge_pos = torch.arange(E, device=ptr.device) + node.index_select(0, _layout.ptr_to_index(ptr, E))
+        loop_pos = ptr[1:num_loops + 1] + node[:num_loops]
+        loops = torch.arange(num_loops, device=ptr.device)
+        order = torch.arange(E, device=ptr.device) if perm is None else perm
+        looped_src = src.new_empty(E + num_loops).index_copy_(0, edge_pos, src).index_copy_(0, loop_pos, loops)
+        looped_perm = order.new_empty(E + num_loops).index_copy_(0, edge_pos, order).index_copy_(0, loop_pos, loops + E)
+        return Graph(looped_src, looped_ptr, looped_perm)
+
+    return _layout.cached(edge_index, ("by_destination_looped", num_src, num_dst, num_loops, flow), compute)
 
 
 def destinations(graph: Graph) -> Tensor:
@@ -164,10 +191,11 @@ def gcn_normalized(edge_index: Tensor, edge_weight: Optional[Tensor], num_nodes:
                 0, torch.where(keep, row, num_nodes), torch.arange(E, device=weight.device), "amax")[:num_nodes]
             loop_weight = torch.where(last >= 0, weight[last.clamp(min=0)], loop_weight)
         weight = torch.cat([weight.masked_fill(looped.is_loop[:E], 0), loop_weight])
+        graph = by_destination_looped(edge_index, num_nodes, num_nodes, num_nodes, flow)
         edge_index = looped.edge_index
     else:  # an alias: a value cached with edge_index must not hold a reference to it
         edge_index = edge_index.detach()
-    graph = by_destination(edge_index, num_nodes, num_nodes, flow)
+        graph = by_destination(edge_index, num_nodes, num_nodes, flow)
     w_sorted = in_edge_order(weight, graph).unsqueeze(1)
     deg = reduce_rows(w_sorted.unsqueeze(0), _layout.SegmentLayout(graph.ptr, None), "sum")[0]
     deg_inv_sqrt = deg.pow(-0.5).masked_fill_(deg == 0, 0)

@@ -83,10 +83,13 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
             else:  # existing loops stay, masked out of the softmax
                 looped = _graph.with_self_loops(edge_index, num_loops)
                 edge_attr = self._with_loop_attr(edge_index, edge_attr, looped.is_loop, num_loops)
-                edge_index, is_loop = looped.edge_index, looped.is_loop
+                loops_of, edge_index, is_loop = edge_index, looped.edge_index, looped.is_loop
             sorted_by_destination = None
         num_src, num_dst = _graph.num_nodes(h_src, h_dst, edges.sizes, size)
-        graph = _graph.by_destination(edge_index, num_src, num_dst, self.flow, sorted_by_destination)
+        if is_loop is not None:
+            graph = _graph.by_destination_looped(loops_of, num_src, num_dst, num_loops, self.flow)
+        else:
+            graph = _graph.by_destination(edge_index, num_src, num_dst, self.flow, sorted_by_destination)
         has_edges = graph.src.numel() > 0
 
         # The ops are called on the validated graph directly, without their wrappers' per-call checks.
