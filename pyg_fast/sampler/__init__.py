@@ -2,9 +2,10 @@
 graph's GPU.
 
 :class:`NeighborSampler` is PyG's ``torch_geometric.sampler.NeighborSampler`` (same arguments,
-same :class:`~torch_geometric.sampler.SamplerOutput`: seeds first, ``row``/``col`` local indices
-of each sampled edge's source and target, ``edge`` its position in the sampler's CSC, per-hop
-counts) whose homogeneous sampling runs here, in tensor operations of fixed size: a hop over P
+same :class:`~torch_geometric.sampler.SamplerOutput` or ``HeteroSamplerOutput``: seeds first,
+``row``/``col`` local indices of each sampled edge's source and target, ``edge`` its position in
+the sampler's CSC, per-hop counts) whose sampling of ``Data`` and ``HeteroData`` (a fanout list
+per edge type) runs here, in tensor operations of fixed size: a hop over P
 frontier nodes with fanout k fills P * k slots, draws without replacement by Floyd's algorithm
 (k vectorised steps, each subset equally likely), and numbers new nodes in order of first
 appearance by sorting, so the device is never waited on inside a hop; the sizes the loader
@@ -12,20 +13,20 @@ needs are read once per batch (one host synchronisation) and for a fanout of -1 
 hop). ``pyg_fast.sampler.NeighborLoader`` is PyG's ``NeighborLoader`` with this sampler.
 """
 import warnings
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
 from torch_geometric.loader import NeighborLoader as _PyGNeighborLoader
 from torch_geometric.sampler import NeighborSampler as _PyGNeighborSampler
-from torch_geometric.sampler import SamplerOutput
-from torch_geometric.sampler.base import DataType, SubgraphType
+from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
+from torch_geometric.sampler.base import SubgraphType
 
 _NONE = torch.iinfo(torch.long).max  # key of an empty slot: sorts last
 
 
 class NeighborSampler(_PyGNeighborSampler):
-    """PyG's ``NeighborSampler`` sampling homogeneous graphs with pyg_fast's sampler.
+    """PyG's ``NeighborSampler`` sampling with pyg_fast's sampler.
 
     Args (beyond PyG's):
         device: where the graph's CSC lives and the sampling runs (default: the CPU, as PyG).
@@ -37,21 +38,24 @@ class NeighborSampler(_PyGNeighborSampler):
         with warnings.catch_warnings():  # PyG warns that sampling without pyg-lib is deprecated: not ours
             warnings.filterwarnings("ignore", message=".*without a 'pyg-lib' installation")
             super().__init__(data, num_neighbors, *args, **kwargs)
-        if self.data_type != DataType.homogeneous:
-            raise NotImplementedError("pyg_fast.sampler.NeighborSampler samples homogeneous graphs (Data); "
-                                      "HeteroData is not supported yet")
         if self.subgraph_type == SubgraphType.induced:
             raise NotImplementedError("pyg_fast.sampler.NeighborSampler: subgraph_type='induced' is not supported")
         if self.node_time is not None or self.edge_time is not None or self.edge_weight is not None:
             raise NotImplementedError("pyg_fast.sampler.NeighborSampler: temporal and weighted sampling are not "
                                       "supported yet")
-        self.device = torch.device(device) if device is not None else self.colptr.device
-        self.colptr, self.row = self.colptr.to(self.device), self.row.to(self.device)
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        if hasattr(self, "colptr"):  # Data, or a homogeneous (feature store, graph store) pair
+            self.colptr, self.row = self.colptr.to(self.device), self.row.to(self.device)
+        else:
+            self.colptr_dict = {k: v.to(self.device) for k, v in self.colptr_dict.items()}
+            self.row_dict = {k: v.to(self.device) for k, v in self.row_dict.items()}
         self.generator = generator
 
     def _sample(self, seed, seed_time=None, **kwargs):
         if seed_time is not None:
             raise NotImplementedError("pyg_fast.sampler.NeighborSampler: temporal sampling is not supported yet")
+        if isinstance(seed, dict):
+            return self._sample_typed(seed)
         fanouts = self.num_neighbors.get_mapped_values()
         node, row, col, edge, batch, nodes_per_hop, edges_per_hop = sample(
             self.colptr, self.row, seed.to(self.device), fanouts, self.replace, self.disjoint, self.generator)
@@ -59,6 +63,26 @@ class NeighborSampler(_PyGNeighborSampler):
             row, col = col, row
         return SamplerOutput(node=node, row=row, col=col, edge=edge, batch=batch,
                              num_sampled_nodes=nodes_per_hop, num_sampled_edges=edges_per_hop)
+
+
+    def _sample_typed(self, seed):
+        """HeteroData: edge types keyed as PyG's sampler keys them ('src__rel__dst'), the CSC of
+        each over its targets (sources and targets swapped for sample_direction='backward')."""
+        ends = {}
+        for edge_type in self.edge_types:
+            key = self.to_rel_type[edge_type]
+            ends[key] = (edge_type[0], edge_type[2])
+        node, row, col, edge, batch, nodes_per_hop, edges_per_hop = sample_typed(
+            self.colptr_dict, self.row_dict, ends, self.num_nodes, seed,
+            self.num_neighbors.get_mapped_values(self.edge_types), self.replace, self.disjoint, self.generator)
+        if self.sample_direction == "backward":
+            row, col = col, row
+        restore = self.to_edge_type
+        if self.sample_direction == "backward":
+            restore = {k: self.to_restored_edge_type[v] for k, v in restore.items()}
+        remap = lambda d: {restore[k]: v for k, v in d.items()}  # noqa: E731
+        return HeteroSamplerOutput(node=node, row=remap(row), col=remap(col), edge=remap(edge), batch=batch,
+                                   num_sampled_nodes=nodes_per_hop, num_sampled_edges=remap(edges_per_hop))
 
 
 def NeighborLoader(data, num_neighbors, *args, device=None, generator: Optional[torch.Generator] = None,
@@ -80,60 +104,122 @@ def sample(colptr: Tensor, row: Tensor, seed: Tensor, fanouts: List[int], replac
     each sampled edge's source and target as indices into ``node`` and its CSC position; with
     ``disjoint`` every seed grows its own tree (a node reached from two seeds appears twice) and
     ``batch`` says whose each node is."""
-    device, num_nodes = row.device, colptr.numel() - 1
-    seed = seed.long()
-    B = seed.numel()
-    arange_b = torch.arange(B, device=device)
-    owner = arange_b if disjoint else torch.zeros(B, dtype=torch.long, device=device)
-    keys = owner * num_nodes + seed if disjoint else seed
-    known_keys, order = torch.sort(keys)
-    known_ids = arange_b[order]
-    count = torch.full((), B, dtype=torch.long, device=device)
-    frontier, frontier_ids, frontier_owner = seed, arange_b, owner
-    nodes, node_owner, node_ids = [seed], [owner], [arange_b]
-    rows, cols, edges, hop_counts = [], [], [], [count.clone()]
-    edge_counts = []
-    for k in fanouts:
-        valid = frontier >= 0
-        v = frontier.clamp(min=0)
-        start = colptr[v]
-        deg = torch.where(valid, colptr[v + 1] - start, 0)
-        slot_node, offset, slot_ok = _draw(deg, k, replace, generator)
-        pos = torch.where(slot_ok, start[slot_node] + offset, 0)
-        src = torch.where(slot_ok, row[pos] if row.numel() else pos, -1)
-        src_owner = frontier_owner[slot_node]
-        cand = torch.where(slot_ok, src_owner * num_nodes + src if disjoint else src, _NONE)
-        ids, first, known_keys, known_ids, count = _number(cand, known_keys, known_ids, count)
-        rows.append(torch.where(slot_ok, ids, -1))
-        cols.append(frontier_ids[slot_node])
-        edges.append(pos)
-        edge_counts.append(slot_ok.sum())
-        hop_counts.append(count.clone())
-        frontier = torch.where(first, src, -1)
-        frontier_ids, frontier_owner = ids, src_owner
-        nodes.append(frontier)
-        node_owner.append(src_owner)
-        node_ids.append(ids)
+    node, row_, col, edge, batch, nodes_per_hop, edges_per_hop = sample_typed(
+        {"e": colptr}, {"e": row}, {"e": ("n", "n")}, {"n": colptr.numel() - 1}, {"n": seed}, {"e": fanouts},
+        replace, disjoint, generator)
+    return (node["n"], row_["e"], col["e"], edge["e"], None if batch is None else batch["n"], nodes_per_hop["n"],
+            edges_per_hop["e"])
+
+
+def sample_typed(colptrs: Dict[str, Tensor], rows: Dict[str, Tensor], ends: Dict[str, Tuple[str, str]],
+                 num_nodes: Dict[str, int], seeds: Dict[str, Tensor], fanouts: Dict[str, List[int]],
+                 replace: bool = False, disjoint: bool = False, generator: Optional[torch.Generator] = None):
+    """:func:`sample` over typed nodes and edges: edge type ``r`` runs from node type
+    ``ends[r][0]`` to ``ends[r][1]`` with its CSC (``colptrs[r]``, ``rows[r]``) over the targets.
+    At hop h every edge type draws ``fanouts[r][h]`` neighbours for the target-type nodes found
+    at hop h - 1 (the seeds at hop 0). Returns the dicts (node, row, col, edge, batch) and the
+    per-hop counts {node type: [...]} and {edge type: [...]}; in ``disjoint`` mode a seed's
+    tree holds the nodes of every type it reaches."""
+    device = next(iter(rows.values())).device
+    hops = max((len(f) for f in fanouts.values()), default=0)
+    state, counts_at, edge_counts = {}, [], {r: [] for r in colptrs}
+    offset = 0
+    for t in num_nodes:
+        seed = seeds.get(t, torch.empty(0, dtype=torch.long, device=device)).to(device).long()
+        B = seed.numel()
+        ids = torch.arange(B, device=device)
+        owner = ids + offset if disjoint else torch.zeros(B, dtype=torch.long, device=device)
+        offset += B if disjoint else 0
+        keys, order = torch.sort(owner * num_nodes[t] + seed if disjoint else seed)
+        state[t] = _TypeState(seed, ids, owner, keys, ids[order], torch.full((), B, dtype=torch.long, device=device))
+    counts_at.append({t: st.count.clone() for t, st in state.items()})
+    out_edges = {r: ([], [], []) for r in colptrs}
+    for h in range(hops):
+        drawn = {t: [] for t in num_nodes}  # per source type: (edge type, slot_ok, src, src_owner, cand, pos, col)
+        for r, (src_t, dst_t) in ends.items():
+            k = fanouts[r][h] if h < len(fanouts[r]) else 0
+            st = state[dst_t]
+            if k == 0 or st.frontier.numel() == 0:
+                continue
+            colptr, row = colptrs[r], rows[r]
+            valid = st.frontier >= 0
+            v = st.frontier.clamp(min=0)
+            start = colptr[v]
+            deg = torch.where(valid, colptr[v + 1] - start, 0)
+            slot_node, offset_, slot_ok = _draw(deg, k, replace, generator)
+            pos = torch.where(slot_ok, start[slot_node] + offset_, 0)
+            src = torch.where(slot_ok, row[pos] if row.numel() else pos, -1)
+            src_owner = st.frontier_owner[slot_node]
+            cand = torch.where(slot_ok, src_owner * num_nodes[src_t] + src if disjoint else src, _NONE)
+            drawn[src_t].append((r, slot_ok, src, src_owner, cand, pos, st.frontier_ids[slot_node]))
+        for t, parts in drawn.items():
+            st = state[t]
+            if not parts:
+                st.frontier = st.frontier[:0]
+                continue
+            cand = torch.cat([p[4] for p in parts])
+            ids, first, st.known_keys, st.known_ids, st.count = _number(cand, st.known_keys, st.known_ids, st.count)
+            src, src_owner = torch.cat([p[2] for p in parts]), torch.cat([p[3] for p in parts])
+            at = 0
+            for r, slot_ok, _, _, _, pos, col in parts:
+                n = slot_ok.numel()
+                out_edges[r][0].append(torch.where(slot_ok, ids[at:at + n], -1))
+                out_edges[r][1].append(col)
+                out_edges[r][2].append(pos)
+                edge_counts[r].append((r, h, slot_ok.sum()))
+                at += n
+            st.frontier = torch.where(first, src, -1)
+            st.frontier_ids, st.frontier_owner = ids, src_owner
+            st.nodes.append(st.frontier)
+            st.owners.append(src_owner)
+            st.ids.append(ids)
+        counts_at.append({t: st.count.clone() for t, st in state.items()})
     # The one read of the batch's sizes.
-    sizes = torch.stack(hop_counts + edge_counts).tolist()
-    total = sizes[len(fanouts)]
-    nodes_per_hop = [sizes[0]] + [b - a for a, b in zip(sizes[:len(fanouts)], sizes[1:len(fanouts) + 1])]
-    edges_per_hop = sizes[len(fanouts) + 1:]
-    all_nodes, all_ids = torch.cat(nodes), torch.cat(node_ids)
-    placed = all_nodes >= 0
-    placed[:B] = True
-    slot = torch.where(placed, all_ids, total)  # non-new slots go to a spare row
-    node = torch.empty(total + 1, dtype=torch.long, device=device).index_copy_(0, slot, torch.where(placed, all_nodes, 0))[:total]
-    batch = None
-    if disjoint:
-        batch = torch.empty(total + 1, dtype=torch.long, device=device).index_copy_(
-            0, slot, torch.cat(node_owner))[:total]
-    if B > 0 and not disjoint:  # duplicate seeds keep their own slots, as given
-        node[:B] = seed
-    row_all, col_all, edge_all = torch.cat(rows) if rows else seed[:0], torch.cat(cols) if cols else seed[:0], \
-        torch.cat(edges) if edges else seed[:0]
-    kept = row_all >= 0
-    return (node, row_all[kept], col_all[kept], edge_all[kept], batch, nodes_per_hop, edges_per_hop)
+    flat_edges = [c for per in edge_counts.values() for c in per]
+    sizes = torch.stack([c[t] for c in counts_at for t in num_nodes] + [c[2] for c in flat_edges]).tolist() \
+        if num_nodes else []
+    types = list(num_nodes)
+    at_hop = [dict(zip(types, sizes[i * len(types):(i + 1) * len(types)])) for i in range(hops + 1)]
+    nodes_per_hop = {t: [at_hop[0][t]] + [at_hop[i + 1][t] - at_hop[i][t] for i in range(hops)] for t in types}
+    edge_sizes = sizes[(hops + 1) * len(types):]
+    edges_per_hop = {r: [0] * hops for r in colptrs}
+    for (r, h, _), n in zip(flat_edges, edge_sizes):
+        edges_per_hop[r][h] = n
+    node, batch = {}, {} if disjoint else None
+    for t, st in state.items():
+        total = at_hop[hops][t]
+        all_nodes, all_ids = torch.cat(st.nodes), torch.cat(st.ids)
+        B = st.nodes[0].numel()
+        placed = all_nodes >= 0
+        placed[:B] = True
+        slot = torch.where(placed, all_ids, total)  # slots that found a known node go to a spare row
+        node[t] = torch.empty(total + 1, dtype=torch.long, device=device).index_copy_(
+            0, slot, torch.where(placed, all_nodes, 0))[:total]
+        if disjoint:
+            batch[t] = torch.empty(total + 1, dtype=torch.long, device=device).index_copy_(
+                0, slot, torch.cat(st.owners))[:total]
+        elif B:  # duplicate seeds keep their own slots, as given
+            node[t][:B] = st.nodes[0]
+    row_out, col_out, edge_out = {}, {}, {}
+    for r, (rs, cs, es) in out_edges.items():
+        empty = torch.empty(0, dtype=torch.long, device=device)
+        row_all = torch.cat(rs) if rs else empty
+        kept = row_all >= 0
+        row_out[r] = row_all[kept]
+        col_out[r] = torch.cat(cs)[kept] if cs else empty
+        edge_out[r] = torch.cat(es)[kept] if es else empty
+    return node, row_out, col_out, edge_out, batch, nodes_per_hop, edges_per_hop
+
+
+class _TypeState:
+    """The sampling state of one node type: its frontier (global ids, -1 for empty slots), their
+    local ids and owning seeds, the sorted keys and ids of the nodes found so far, their count,
+    and what each hop found."""
+
+    def __init__(self, seed, ids, owner, known_keys, known_ids, count):
+        self.frontier, self.frontier_ids, self.frontier_owner = seed, ids, owner
+        self.known_keys, self.known_ids, self.count = known_keys, known_ids, count
+        self.nodes, self.owners, self.ids = [seed], [owner], [ids]
 
 
 def _draw(deg: Tensor, k: int, replace: bool, generator: Optional[torch.Generator]) -> Tuple[Tensor, Tensor, Tensor]:

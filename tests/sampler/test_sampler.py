@@ -114,11 +114,47 @@ def test_a_seeded_generator_gives_the_same_batches(device):
         assert n1.equal(n2) and e1.equal(e2)
 
 
+def hetero_graph():
+    gen = torch.Generator().manual_seed(3)
+    data = HeteroData()
+    data["paper"].x = torch.randn(60, 4, generator=gen)
+    data["author"].x = torch.randn(40, 4, generator=gen)
+    for (src, rel, dst), n in {("paper", "cites", "paper"): 300, ("author", "writes", "paper"): 200,
+                               ("paper", "rev_writes", "author"): 200}.items():
+        data[src, rel, dst].edge_index = torch.stack([torch.randint(0, data[src].num_nodes, (n,), generator=gen),
+                                                      torch.randint(0, data[dst].num_nodes, (n,), generator=gen)])
+    return data
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("disjoint", [False, True])
+def test_hetero_batches_follow_pyg_conventions(device, disjoint):
+    data = hetero_graph()
+    fanouts = {("paper", "cites", "paper"): [3, 2], ("author", "writes", "paper"): [2, 1],
+               ("paper", "rev_writes", "author"): [4, 2]}
+    loader = sampler.NeighborLoader(data, fanouts, batch_size=8, input_nodes="paper", disjoint=disjoint,
+                                    device=device)
+    for batch in loader:
+        B = batch["paper"].batch_size
+        assert batch["paper"].n_id[:B].cpu().equal(batch["paper"].input_id.cpu())
+        for node_type in ("paper", "author"):
+            assert batch[node_type].x.equal(data[node_type].x[batch[node_type].n_id.cpu()])
+        for edge_type, k in fanouts.items():
+            src, _, dst = edge_type
+            ei, e_id = batch[edge_type].edge_index.cpu(), batch[edge_type].e_id.cpu()
+            glob = torch.stack([batch[src].n_id.cpu()[ei[0]], batch[dst].n_id.cpu()[ei[1]]])
+            assert data[edge_type].edge_index[:, e_id].equal(glob)  # every edge exists, e_id maps back
+            if dst == "paper":  # hop 1 targets are the seeds: min(in-degree, fanout) edges each
+                hop1 = batch[edge_type].num_sampled_edges[0]
+                got = torch.bincount(ei[1, :hop1], minlength=B)[:B]
+                deg = torch.bincount(data[edge_type].edge_index[1], minlength=data[dst].num_nodes)
+                assert got.equal(deg[batch[dst].n_id.cpu()[:B]].clamp(max=k[0]))
+
+
 def test_unsupported_inputs_raise_clearly():
-    hetero = HeteroData()
-    hetero["a"].num_nodes = 3
-    hetero["a", "to", "a"].edge_index = torch.tensor([[0, 1], [1, 2]])
-    with pytest.raises(NotImplementedError, match="HeteroData"):
-        sampler.NeighborSampler(hetero, [2])
     with pytest.raises(NotImplementedError, match="induced"):
         sampler.NeighborSampler(graph(), [2], subgraph_type="induced")
+    data = graph()
+    data.time = torch.arange(data.num_nodes)
+    with pytest.raises(NotImplementedError, match="temporal"):
+        sampler.NeighborSampler(data, [2], time_attr="time")
