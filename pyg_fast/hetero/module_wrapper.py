@@ -1,36 +1,32 @@
-"""FastenModule: runs an existing PyG heterogeneous module on pyg_fast's segmented matmul."""
+"""HeteroModuleWrapper: runs an existing PyG heterogeneous module on pyg_fast's segmented matmul,
+leaving the module itself as it is (``pyg_fast.convert`` replaces modules in place instead)."""
 import copy
 
 import torch
 
+from pyg_fast.convert import registry
 from pyg_fast.hetero.hgt_conv import HGTConv, convert_submodules
-from pyg_fast.hetero.linear import HeteroDictLinear, HeteroLinear
-from pyg_fast.hetero.rgat_conv import RGATConv
-from pyg_fast.hetero.rgcn_conv import FastRGCNConv, RGCNConv
-
-# PyG class -> pyg_fast class with the same state and results
-FAST_CLASSES = {cls._pyg_class(): cls for cls in (RGCNConv, FastRGCNConv, RGATConv, HGTConv, HeteroLinear,
-                                                  HeteroDictLinear)}
 
 
 def fast_copy(module: torch.nn.Module) -> torch.nn.Module:
     """A shallow copy of ``module`` as its pyg_fast class, sharing its parameters and buffers;
     ``module`` itself is left unchanged."""
     cls = type(module)
-    if cls in FAST_CLASSES.values():
+    fast_classes = {pyg: fast for pyg, fast in registry().items() if fast.__module__.startswith("pyg_fast.hetero")}
+    if cls in fast_classes.values():
         return module
-    if cls not in FAST_CLASSES:
-        supported = ", ".join(c.__name__ for c in FAST_CLASSES)
-        raise TypeError(f"pyg_fast: FastenModule supports {supported}; got {cls.__name__}")
+    if cls not in fast_classes:
+        supported = ", ".join(c.__name__ for c in fast_classes)
+        raise TypeError(f"pyg_fast: HeteroModuleWrapper supports {supported}; got {cls.__name__}")
     fast = copy.copy(module)
-    fast.__class__ = FAST_CLASSES[cls]
+    fast.__class__ = fast_classes[cls]
     fast._modules = {name: copy.copy(sub) for name, sub in module._modules.items()}
     if isinstance(fast, HGTConv):
         convert_submodules(fast)
     return fast
 
 
-class FastenModule(torch.nn.Module):
+class HeteroModuleWrapper(torch.nn.Module):
     r"""Wraps a PyG ``RGCNConv``, ``FastRGCNConv``, ``RGATConv``, ``HGTConv``, ``HeteroLinear``
     or ``HeteroDictLinear`` so that it runs on pyg_fast's kernels with the same results.
 
@@ -54,7 +50,10 @@ class FastenModule(torch.nn.Module):
         return self.module(*args, **kwargs)
 
     def __repr__(self) -> str:
-        return f"FastenModule({self.module!r})"
+        return f"HeteroModuleWrapper({self.module!r})"
+
+
+FastenModule = HeteroModuleWrapper  # the name the design (FASTEN) gives it
 
 
 def _drop_prefix(module, state_dict, prefix, local_metadata):
