@@ -110,3 +110,12 @@ def test_sweep_quick_on_cpu(tmp_path):
     (tmp_path / "again").mkdir()
     again = sweep("cpu", True, str(tmp_path / "again"), graphs={"sbm_quick"})  # a subset swept again
     assert {r["graph"] for r in again} == {"sbm_quick"} and len(again) == 4  # F = 1, 16, direct and gather
+
+
+def test_chart_speedups_are_geometric_means_over_shared_cases():
+    from benchmarks.chart import speedups
+    records = [{"suite": "s", "case": {"g": g}, "method": m, "ms": ms}
+               for g, m, ms in [(1, "pyg_fast", 1.0), (1, "base", 4.0), (2, "pyg_fast", 2.0), (2, "base", 2.0),
+                                (3, "base", 9.0)]]  # case 3: no pyg_fast time, left out
+    value, cases = speedups({"records": records})["s"]["base"]
+    assert cases == 2 and abs(value - 2.0) < 1e-12  # sqrt(4 * 1)
