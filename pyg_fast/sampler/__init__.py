@@ -130,9 +130,9 @@ def sample_typed(colptrs: Dict[str, Tensor], rows: Dict[str, Tensor], ends: Dict
         ids = torch.arange(B, device=device)
         owner = ids + offset if disjoint else torch.zeros(B, dtype=torch.long, device=device)
         offset += B if disjoint else 0
-        keys, order = torch.sort(owner * num_nodes[t] + seed if disjoint else seed)
-        state[t] = _TypeState(seed, ids, owner, keys, ids[order], torch.full((), B, dtype=torch.long, device=device))
-    counts_at.append({t: st.count.clone() for t, st in state.items()})
+        known = (_SortedIds(owner * num_nodes[t] + seed) if disjoint else _DenseIds(seed, num_nodes[t]))
+        state[t] = _TypeState(seed, ids, owner, known)
+    counts_at.append({t: st.known.count.clone() for t, st in state.items()})
     out_edges = {r: ([], [], []) for r in colptrs}
     for h in range(hops):
         drawn = {t: [] for t in num_nodes}  # per source type: (edge type, slot_ok, src, src_owner, cand, pos, col)
@@ -158,7 +158,7 @@ def sample_typed(colptrs: Dict[str, Tensor], rows: Dict[str, Tensor], ends: Dict
                 st.frontier = st.frontier[:0]
                 continue
             cand = torch.cat([p[4] for p in parts])
-            ids, first, st.known_keys, st.known_ids, st.count = _number(cand, st.known_keys, st.known_ids, st.count)
+            ids, first = st.known.number(cand)
             src, src_owner = torch.cat([p[2] for p in parts]), torch.cat([p[3] for p in parts])
             at = 0
             for r, slot_ok, _, _, _, pos, col in parts:
@@ -173,7 +173,7 @@ def sample_typed(colptrs: Dict[str, Tensor], rows: Dict[str, Tensor], ends: Dict
             st.nodes.append(st.frontier)
             st.owners.append(src_owner)
             st.ids.append(ids)
-        counts_at.append({t: st.count.clone() for t, st in state.items()})
+        counts_at.append({t: st.known.count.clone() for t, st in state.items()})
     # The one read of the batch's sizes.
     flat_edges = [c for per in edge_counts.values() for c in per]
     sizes = torch.stack([c[t] for c in counts_at for t in num_nodes] + [c[2] for c in flat_edges]).tolist() \
@@ -213,12 +213,12 @@ def sample_typed(colptrs: Dict[str, Tensor], rows: Dict[str, Tensor], ends: Dict
 
 class _TypeState:
     """The sampling state of one node type: its frontier (global ids, -1 for empty slots), their
-    local ids and owning seeds, the sorted keys and ids of the nodes found so far, their count,
-    and what each hop found."""
+    local ids and owning seeds, the numbering of the nodes found so far, and what each hop
+    found."""
 
-    def __init__(self, seed, ids, owner, known_keys, known_ids, count):
+    def __init__(self, seed, ids, owner, known):
         self.frontier, self.frontier_ids, self.frontier_owner = seed, ids, owner
-        self.known_keys, self.known_ids, self.count = known_keys, known_ids, count
+        self.known = known
         self.nodes, self.owners, self.ids = [seed], [owner], [ids]
 
 
@@ -248,6 +248,50 @@ def _draw(deg: Tensor, k: int, replace: bool, generator: Optional[torch.Generato
         chosen[:, r] = torch.where(taken, top, t)
     offset = torch.where(d > k, chosen.view(-1), j)
     return slot_node, offset, j < d
+
+
+class _DenseIds:
+    """Local ids of one node type's nodes in a table over all its nodes (-1: not found yet): each
+    hop costs a few passes over its slots and the table, with no sort. For keys that are node
+    ids (not disjoint); the table is as large as the node type."""
+
+    def __init__(self, seed: Tensor, num_nodes: int):
+        B = seed.numel()
+        self.table = torch.full((num_nodes + 1,), -1, dtype=torch.long, device=seed.device)  # + a spare row
+        # a seed given twice keeps the id of its first place
+        self.table.scatter_reduce_(0, seed, torch.arange(B, device=seed.device), "amin", include_self=False)
+        self.count = torch.full((), B, dtype=torch.long, device=seed.device)
+
+    def number(self, cand: Tensor) -> Tuple[Tensor, Tensor]:
+        """(ids of the candidate nodes, -1 for ``_NONE`` slots; whether each slot is its node's first
+        appearance as a new node); new nodes are numbered from ``count`` in slot order."""
+        spare = self.table.numel() - 1
+        valid = cand != _NONE
+        c = torch.where(valid, cand, spare)
+        new = valid & (self.table[c] < 0)
+        slot = torch.arange(c.numel(), device=c.device)
+        first_slot = torch.full_like(self.table, c.numel()).scatter_reduce_(
+            0, torch.where(new, c, spare), slot, "amin")
+        first = new & (first_slot[c] == slot)
+        self.table.index_put_((torch.where(first, c, spare),), self.count + torch.cumsum(first, 0) - 1)
+        self.table[spare] = -1
+        self.count = self.count + first.sum()
+        return torch.where(valid, self.table[c], -1), first
+
+
+class _SortedIds:
+    """Local ids of nodes kept as sorted keys (disjoint mode: a key is seed * num_nodes + node,
+    too many for a table)."""
+
+    def __init__(self, keys: Tensor):
+        self.keys, order = torch.sort(keys)
+        self.ids = torch.arange(keys.numel(), device=keys.device)[order]
+        self.count = torch.full((), keys.numel(), dtype=torch.long, device=keys.device)
+
+    def number(self, cand: Tensor) -> Tuple[Tensor, Tensor]:
+        """As :meth:`_DenseIds.number`."""
+        ids, first, self.keys, self.ids, self.count = _number(cand, self.keys, self.ids, self.count)
+        return ids, first
 
 
 def _number(cand: Tensor, known_keys: Tensor, known_ids: Tensor, count: Tensor
