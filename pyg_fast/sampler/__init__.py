@@ -29,7 +29,9 @@ class NeighborSampler(_PyGNeighborSampler):
     """PyG's ``NeighborSampler`` sampling with pyg_fast's sampler.
 
     Args (beyond PyG's):
-        device: where the graph's CSC lives and the sampling runs (default: the CPU, as PyG).
+        device: where the graph's CSC lives and the sampling runs (default: the device of the
+            data's tensors; the CPU for feature and graph stores). The batches' indices live
+            there, so the node and edge features must too.
         generator: a ``torch.Generator`` on ``device`` for reproducible batches.
     """
 
@@ -43,12 +45,22 @@ class NeighborSampler(_PyGNeighborSampler):
         if self.node_time is not None or self.edge_time is not None or self.edge_weight is not None:
             raise NotImplementedError("pyg_fast.sampler.NeighborSampler: temporal and weighted sampling are not "
                                       "supported yet")
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        devices = _devices(data)
+        self.device = torch.device(device) if device is not None else (devices.pop() if len(devices) == 1 else
+                                                                        torch.device("cpu"))
+        if devices - {self.device}:
+            raise ValueError(f"pyg_fast.sampler.NeighborSampler samples on {self.device}, but the data holds "
+                             f"tensors on {sorted(map(str, devices))}: the batches index them with tensors on "
+                             f"{self.device}; move the data there (data.to(device))")
         if hasattr(self, "colptr"):  # Data, or a homogeneous (feature store, graph store) pair
             self.colptr, self.row = self.colptr.to(self.device), self.row.to(self.device)
         else:
             self.colptr_dict = {k: v.to(self.device) for k, v in self.colptr_dict.items()}
             self.row_dict = {k: v.to(self.device) for k, v in self.row_dict.items()}
+        if isinstance(self.perm, Tensor):  # edge ids of the CSC's edges, read with the batch's edge positions
+            self.perm = self.perm.to(self.device)
+        elif isinstance(self.perm, dict):
+            self.perm = {k: None if v is None else v.to(self.device) for k, v in self.perm.items()}
         self.generator = generator
 
     def _sample(self, seed, seed_time=None, **kwargs):
@@ -83,6 +95,12 @@ class NeighborSampler(_PyGNeighborSampler):
         remap = lambda d: {restore[k]: v for k, v in d.items()}  # noqa: E731
         return HeteroSamplerOutput(node=node, row=remap(row), col=remap(col), edge=remap(edge), batch=batch,
                                    num_sampled_nodes=nodes_per_hop, num_sampled_edges=remap(edges_per_hop))
+
+
+def _devices(data) -> set:
+    """The devices of the tensors a Data or HeteroData holds (empty for feature and graph stores)."""
+    stores = getattr(data, "stores", [])
+    return {value.device for store in stores for value in store.values() if isinstance(value, Tensor)}
 
 
 def NeighborLoader(data, num_neighbors, *args, device=None, generator: Optional[torch.Generator] = None,

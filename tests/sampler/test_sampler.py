@@ -158,3 +158,13 @@ def test_unsupported_inputs_raise_clearly():
     data.time = torch.arange(data.num_nodes)
     with pytest.raises(NotImplementedError, match="temporal"):
         sampler.NeighborSampler(data, [2], time_attr="time")
+    if torch.cuda.is_available():  # CPU data, CUDA sampling: the batches could not index the features
+        with pytest.raises(ValueError, match="move the data there"):
+            sampler.NeighborSampler(graph(), [2], device="cuda")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sampling_runs_where_the_data_lives(device):
+    data = graph().to(device)
+    batch = next(iter(sampler.NeighborLoader(data, [3, 2], batch_size=8)))
+    assert batch.n_id.device.type == device and batch.x.equal(data.x[batch.n_id])
