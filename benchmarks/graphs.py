@@ -36,6 +36,7 @@ LARGE_GRAPHS = ("arxiv_like", "reddit2_like")
 SYNTHETIC = {
     "arxiv_like": (169_343, 1_166_243, 1),
     "reddit2_like": (232_965, 23_213_838, 2),
+    "products_like": (2_449_029, 61_859_140, 5),  # ogbn-products' sizes (about 1 GB of edge_index)
     "quick_powerlaw": (2_000, 30_000, 3),
     "quick_sparse": (1_500, 2_000, 4),  # most nodes have no in-edges: empty segments
 }
