@@ -21,13 +21,13 @@
 #   PYG_FAST_BENCH_BUDGET=10,40  warm-up and measurement ms per timing (default 25,100)
 #   BENCH_DEVICE=cpu             benchmark another device (a dry run of this script on a CPU machine)
 #   SKIP_BUILD=1                 reuse the extension already built in the tree
-#   SKIP_TORCH_SCATTER=1         do not build torch_scatter
+#   SKIP_TORCH_SCATTER=1         do not build the baselines (torch_scatter, torch_sparse); SKIP_TORCH_SPARSE=1 only torch_sparse
 #   SKIP_TESTS=1 / SKIP_BENCH=1  skip the tests / the benchmarks
 #   PYTEST_ARGS="-q -x"          pytest options; TESTS=tests the test paths
 #   SANITIZE=1                   also run the CUDA op tests under compute-sanitizer
 #                                (memcheck and racecheck; SANITIZE_TESTS picks the files,
 #                                SANITIZE_K the pytest -k expression, default "cuda")
-#   TORCH_SCATTER_BUILD_S=330    the limit on torch_scatter's build
+#   TORCH_SCATTER_BUILD_S=330    the limit on each baseline's build
 #   DEVICE_CALL_S=600            the device call's limit: the benchmarks are interrupted (their
 #                                results so far kept) 20 s before it; BENCH_TIMEOUT_S overrides
 #   PYG_FAST_COMMIT, PYG_FAST_CSRC_TREE  the commit and its csrc tree, recorded in results.json
@@ -69,32 +69,39 @@ done
 # ../shared does not travel to the device: the datasets the benchmarks read are carried in .device/.
 if [ -z "${PYG_FAST_DATA:-}" ] && [ -d .device/datasets ]; then export PYG_FAST_DATA=$PWD/.device/datasets; fi
 
-# torch_scatter (baseline): a package built by an earlier call (.device/torch_scatter_pkg.tar.gz,
-# what this script leaves in $OUT) is unpacked; else it is built from the PyPI source tarball.
-# Its setup.py compiles serially (use_ninja=False) and twice (CPU and CUDA variants): more than
-# 10 minutes. With ninja and the CUDA variants only it takes about 4 minutes on 16 cores.
+# Baselines built from their PyPI source tarballs in .device/ (pip download --no-build-isolation --no-deps
+# --no-binary :all: torch-scatter==2.1.2 torch-sparse==0.6.18 -d .device): torch_scatter (CUDA
+# variants, for the segment and SpMM suites) and torch_sparse (CPU variants: its CPU neighbour sampler
+# is the sampler suite's baseline; it imports torch_scatter). A package built by an earlier call
+# (.device/<name>_pkg.tar.gz, what this script leaves in $OUT) is unpacked instead. Their setup.py
+# compiles serially (use_ninja=False) and twice (CPU and CUDA variants): more than 10 minutes each;
+# with ninja and one variant, torch_scatter takes about 4 minutes on 16 cores.
 TORCH_SCATTER_DIR=$PWD/.device/site
-build_torch_scatter() {
-  local tarball src
-  tarball=$(ls .device/torch_scatter-*.tar.gz 2>/dev/null | head -1)
-  [ -n "$tarball" ] || { log "torch_scatter: no source tarball in .device/"; return 1; }
-  rm -rf /tmp/torch_scatter_src && mkdir -p /tmp/torch_scatter_src && tar xzf "$tarball" -C /tmp/torch_scatter_src
-  src=$(ls -d /tmp/torch_scatter_src/torch_scatter-*)
+build_baseline() {  # name (torch_scatter | torch_sparse), variant switch (FORCE_ONLY_CUDA | FORCE_ONLY_CPU)
+  local name=$1 only=$2 tarball src
+  tarball=$(ls .device/${name/_/-}-*.tar.gz .device/${name}-*.tar.gz 2>/dev/null | head -1)
+  [ -n "$tarball" ] || { log "$name: no source tarball in .device/"; return 1; }
+  rm -rf /tmp/${name}_src && mkdir -p /tmp/${name}_src && tar xzf "$tarball" -C /tmp/${name}_src
+  src=$(ls -d /tmp/${name}_src/*/ | head -1)
   sed -i 's/use_ninja=False/use_ninja=True/' "$src/setup.py"
-  (cd "$src" && FORCE_ONLY_CUDA=1 MAX_JOBS=16 timeout "${TORCH_SCATTER_BUILD_S:-330}" $PY setup.py build_ext --inplace) \
-    >"$OUT/build_torch_scatter.log" 2>&1 || return 1
-  mkdir -p "$TORCH_SCATTER_DIR" && cp -r "$src/torch_scatter" "$TORCH_SCATTER_DIR/"
-  tar czf "$OUT/torch_scatter_pkg.tar.gz" -C "$TORCH_SCATTER_DIR" torch_scatter
+  (cd "$src" && env $only=1 MAX_JOBS=16 timeout "${TORCH_SCATTER_BUILD_S:-330}" $PY setup.py build_ext --inplace) \
+    >"$OUT/build_$name.log" 2>&1 || return 1
+  mkdir -p "$TORCH_SCATTER_DIR" && cp -r "$src/$name" "$TORCH_SCATTER_DIR/"
+  tar czf "$OUT/${name}_pkg.tar.gz" -C "$TORCH_SCATTER_DIR" "$name"
 }
-if [ "${SKIP_TORCH_SCATTER:-0}" != 1 ] && [ ! -d "$TORCH_SCATTER_DIR/torch_scatter" ]; then
-  if [ -f .device/torch_scatter_pkg.tar.gz ]; then
-    mkdir -p "$TORCH_SCATTER_DIR" && tar xzf .device/torch_scatter_pkg.tar.gz -C "$TORCH_SCATTER_DIR"
-    log "torch_scatter: unpacked the package built by an earlier call"
+for spec in torch_scatter:FORCE_ONLY_CUDA torch_sparse:FORCE_ONLY_CPU; do
+  name=${spec%%:*}
+  [ "${SKIP_TORCH_SCATTER:-0}" = 1 ] && break
+  [ "$name" = torch_sparse ] && [ "${SKIP_TORCH_SPARSE:-0}" = 1 ] && continue
+  [ -d "$TORCH_SCATTER_DIR/$name" ] && continue
+  if [ -f .device/${name}_pkg.tar.gz ]; then
+    mkdir -p "$TORCH_SCATTER_DIR" && tar xzf .device/${name}_pkg.tar.gz -C "$TORCH_SCATTER_DIR"
+    log "$name: unpacked the package built by an earlier call"
   else
-    log "building torch_scatter (before pyg_fast: in the background of other builds it never ends)"
-    build_torch_scatter && log "torch_scatter built" || { tail -20 "$OUT/build_torch_scatter.log"; log "torch_scatter build FAILED"; }
+    log "building $name (before pyg_fast: in the background of other builds it never ends)"
+    build_baseline "$name" "${spec##*:}" && log "$name built" || { tail -20 "$OUT/build_$name.log"; log "$name build FAILED"; }
   fi
-fi
+done
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   log "building pyg_fast (sm_90)"
@@ -133,7 +140,7 @@ fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   if [ -d "$TORCH_SCATTER_DIR/torch_scatter" ] && PYTHONPATH=$TORCH_SCATTER_DIR:$PYTHONPATH $PY -c "import torch_scatter" 2>/dev/null; then
     export PYTHONPATH=$PYTHONPATH:$TORCH_SCATTER_DIR
-    log "torch_scatter importable: compared against"
+    log "torch_scatter importable: compared against (and torch_sparse, if it imports)"
   else
     log "torch_scatter not importable: benchmarks run without it"
   fi

@@ -39,6 +39,10 @@ def check(colptr, row, seeds, node, src, dst, edge):
 
 def run(rec: Recorder, device, quick: bool = False) -> None:
     device = torch.device(device)
+    try:
+        import torch_sparse  # noqa: F401  (registers torch.ops.torch_sparse)
+    except ImportError:
+        pass
     for graph_name in selected(QUICK_GRAPHS if quick else GRAPHS):
         data = load_graph(graph_name, "cpu")
         colptr, row = csc(data.edge_index, data.num_nodes)
