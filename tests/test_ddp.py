@@ -1,5 +1,6 @@
-"""Converted layers under DistributedDataParallel (two CPU processes, gloo): one training step
-gives the gradients of the single-process run, with each rank's caches its own."""
+"""Converted layers under DistributedDataParallel (two CPU processes, gloo), eager and under
+torch.compile: one training step gives the gradients of the single-process run, with each rank's
+caches its own."""
 import os
 
 import pytest
@@ -46,27 +47,27 @@ def rank_nodes(rank: int) -> torch.Tensor:
     return torch.arange(rank, 50, WORLD)  # each rank's share of the training nodes
 
 
-def worker(rank: int, kind: str, init_file: str, out_dir: str) -> None:
+def worker(rank: int, kind: str, init_file: str, out_dir: str, compiled: bool) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
     try:
-        step(rank, kind, out_dir)
+        step(rank, kind, out_dir, compiled)
         dist.barrier()
     finally:
         dist.destroy_process_group()
 
 
-def step(rank: int, kind: str, out_dir: str) -> None:
+def step(rank: int, kind: str, out_dir: str, compiled: bool) -> None:
     # Its own frame: the DDP module dies before the process group. Freed after it (torch 2.13, gloo),
     # the reducer's destructor joined gloo's thread while holding the GIL that thread waited for.
     net = pyg_fast.convert(model(kind), verbose=False)
     ddp = torch.nn.parallel.DistributedDataParallel(net)
-    loss_on(ddp, rank_nodes(rank)).backward()
+    loss_on(torch.compile(ddp) if compiled else ddp, rank_nodes(rank)).backward()
     torch.save([p.grad for p in ddp.parameters()], os.path.join(out_dir, f"grads{rank}.pt"))
 
 
-@pytest.mark.parametrize("kind", ["gcn", "sage"])
-def test_ddp_step_matches_single_process(kind, tmp_path):
-    mp.spawn(worker, args=(kind, str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD, join=True)
+@pytest.mark.parametrize("kind,compiled", [("gcn", False), ("sage", False), ("sage", True)])
+def test_ddp_step_matches_single_process(kind, compiled, tmp_path):
+    mp.spawn(worker, args=(kind, str(tmp_path / "init"), str(tmp_path), compiled), nprocs=WORLD, join=True)
     single = model(kind)
     # DDP averages the ranks' gradients: the mean of their losses, here in one process
     (sum(loss_on(single, rank_nodes(r)) for r in range(WORLD)) / WORLD).backward()
