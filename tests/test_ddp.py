@@ -1,4 +1,4 @@
-"""Converted layers under DistributedDataParallel (two CPU processes, gloo), eager and under
+"""Converted layers (GCN, SAGE, RGCN) under DistributedDataParallel (two CPU processes, gloo), eager and under
 torch.compile: one training step gives the gradients of the single-process run, with each rank's
 caches its own."""
 import os
@@ -18,11 +18,18 @@ WORLD = 2
 class Net(torch.nn.Module):
     def __init__(self, kind: str):
         super().__init__()
-        make = {"gcn": pyg_nn.GCNConv, "sage": pyg_nn.SAGEConv}[kind]
+        make = {"gcn": pyg_nn.GCNConv, "sage": pyg_nn.SAGEConv,
+                "rgcn": lambda i, o: pyg_nn.RGCNConv(i, o, num_relations=3, num_bases=2)}[kind]
         self.conv1, self.conv2 = make(8, 16), make(16, 4)
+        self.typed = kind == "rgcn"
 
     def forward(self, x, edge_index):
-        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+        args = (edge_index, edge_type(edge_index)) if self.typed else (edge_index,)
+        return self.conv2(self.conv1(x, *args).relu(), *args)
+
+
+def edge_type(edge_index):
+    return (edge_index[0] + edge_index[1]) % 3
 
 
 def model(kind: str) -> torch.nn.Module:
@@ -65,7 +72,7 @@ def step(rank: int, kind: str, out_dir: str, compiled: bool) -> None:
     torch.save([p.grad for p in ddp.parameters()], os.path.join(out_dir, f"grads{rank}.pt"))
 
 
-@pytest.mark.parametrize("kind,compiled", [("gcn", False), ("sage", False), ("sage", True)])
+@pytest.mark.parametrize("kind,compiled", [("gcn", False), ("sage", False), ("rgcn", False), ("sage", True)])
 def test_ddp_step_matches_single_process(kind, compiled, tmp_path):
     mp.spawn(worker, args=(kind, str(tmp_path / "init"), str(tmp_path), compiled), nprocs=WORLD, join=True)
     single = model(kind)
