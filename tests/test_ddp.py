@@ -1,6 +1,6 @@
-"""Converted layers (GCN, SAGE, RGCN) under DistributedDataParallel (two CPU processes, gloo), eager and under
-torch.compile: one training step gives the gradients of the single-process run, with each rank's
-caches its own."""
+"""Converted layers (GCN, SAGE, RGCN) under DistributedDataParallel (two CPU processes, gloo),
+eager and under torch.compile: one training step gives the gradients of the single-process run,
+with each rank's caches its own."""
 import os
 
 import pytest
