@@ -1,8 +1,8 @@
 """``pyg_fast.patch()``: a reversible, global switch that routes PyG's own aggregation through
 pyg_fast's kernels: ``torch_geometric.nn.aggr.Aggregation.reduce`` (every MessagePassing layer
-with a basic aggregation) becomes :func:`pyg_fast.aggr.reduce`, and the name ``scatter`` that
-PyG's modules imported from ``torch_geometric.utils`` is rebound to :func:`scatter` below, in
-every loaded ``torch_geometric`` module."""
+with a basic aggregation) becomes :func:`pyg_fast.aggr.reduce`, and the names ``scatter`` and
+``segment`` that PyG's modules imported from ``torch_geometric.utils`` are rebound to
+:func:`scatter` and :func:`segment` below, in every loaded ``torch_geometric`` module."""
 import sys
 from typing import Dict, List, Optional, Tuple
 
@@ -16,6 +16,7 @@ from pyg_fast.ops.segment_reduce import segment_reduce
 
 _ORIGINAL_REDUCE = Aggregation.reduce
 _PYG_SCATTER = pyg_utils.scatter
+_PYG_SEGMENT = pyg_utils.segment
 
 
 def scatter(src: Tensor, index: Tensor, dim: int = 0, dim_size: Optional[int] = None, reduce: str = "sum") -> Tensor:
@@ -27,13 +28,22 @@ def scatter(src: Tensor, index: Tensor, dim: int = 0, dim_size: Optional[int] = 
     return _PYG_SCATTER(src, index, dim, dim_size, reduce)
 
 
+def segment(src: Tensor, ptr: Tensor, reduce: str = "sum") -> Tensor:
+    """``torch_geometric.utils.segment`` (same signature and results: empty segments give 0) on the
+    segment kernels for a 1-D pointer over floating-point rows, PyG's own otherwise."""
+    if not torch.jit.is_scripting():
+        if _on_kernels(src, None, ptr, reduce):
+            return segment_reduce(src, ptr=ptr, reduce=reduce)
+    return _PYG_SEGMENT(src, ptr, reduce)
+
+
 # PyG's softmax stays its own: its tests compare paths (dense and sparse inputs) that one and the
 # same call of the edge softmax kernel would not reproduce bitwise, and it raises where PyG does.
-_REPLACEMENTS = {"scatter": (_PYG_SCATTER, scatter)}
+_REPLACEMENTS = {"scatter": (_PYG_SCATTER, scatter), "segment": (_PYG_SEGMENT, segment)}
 
 
 def _call_sites() -> List[Tuple[object, str]]:
-    """(module, name) of every loaded torch_geometric module that holds PyG's scatter."""
+    """(module, name) of every loaded torch_geometric module that holds PyG's scatter or segment."""
     return [(module, name) for module in list(sys.modules.values())
             if getattr(module, "__name__", "").startswith("torch_geometric")
             for name, (original, _) in _REPLACEMENTS.items() if getattr(module, name, None) is original]
@@ -63,8 +73,8 @@ class PatchHandle:
 
 
 def patch() -> PatchHandle:
-    """Routes PyG's aggregation (``Aggregation.reduce``: sum, mean, max, min) and its ``scatter``
-    through pyg_fast's kernels until the returned handle's ``undo()``; other
+    """Routes PyG's aggregation (``Aggregation.reduce``: sum, mean, max, min), its ``scatter`` and
+    ``segment`` through pyg_fast's kernels until the returned handle's ``undo()``; other
     reductions, non-float inputs and traced calls keep PyG's path. Raises if already patched,
     so two handles never fight over the originals."""
     if Aggregation.reduce is not _ORIGINAL_REDUCE:

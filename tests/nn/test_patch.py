@@ -45,7 +45,7 @@ def test_patch_rebinds_scatter_and_undo_restores_every_site():
     holders = [m for m in list(sys.modules.values()) if getattr(m, "__name__", "").startswith("torch_geometric")
                and getattr(m, "scatter", None) is pyg_utils.scatter]
     with patch() as handle:
-        assert handle.sites == {"scatter": len(holders)} and len(holders) > 10  # PyG's layers import it
+        assert handle.sites["scatter"] == len(holders) and len(holders) > 10  # PyG's layers import it
         assert all(m.scatter is patch_module.scatter for m in holders)
         src, index = torch.randn(40, 8), torch.randint(0, 10, (40,))
         expected = pyg_utils.scatter(src, index, 0, 10, "max")
@@ -54,3 +54,21 @@ def test_patch_rebinds_scatter_and_undo_restores_every_site():
                 torch.testing.assert_close(patch_module.scatter(src, index, 0, 10, "max"), expected)
         assert mode.ops & {"segment_reduce", "index_segment_reduce"}  # rows gathered in index order
     assert all(m.scatter is pyg_utils.scatter for m in holders)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "min", "max"])
+def test_patch_rebinds_segment_with_pygs_results(reduce):
+    import sys
+    import torch_geometric.utils as pyg_utils
+    import torch_geometric.utils._softmax as pyg_softmax
+    patch_module = sys.modules["pyg_fast.patch"]
+    src = torch.randn(12, 5, dtype=torch.float64)
+    ptr = torch.tensor([0, 4, 4, 9, 12])  # an empty segment: 0, as PyG gives
+    expected = pyg_utils.segment(src, ptr, reduce)
+    with patch() as handle:
+        assert handle.sites["segment"] >= 2 and pyg_softmax.segment is patch_module.segment
+        with PygFastOps() as mode:
+            got = pyg_utils.segment(src, ptr, reduce)
+        assert "segment_reduce" in mode.ops
+    torch.testing.assert_close(got, expected)
+    assert pyg_utils.segment is patch_module._PYG_SEGMENT and pyg_softmax.segment is patch_module._PYG_SEGMENT
