@@ -182,9 +182,7 @@ def scatter_sum(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor]
     return _reduced(src, index, dim, out, dim_size, "sum")
 
 
-def scatter_add(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
-                dim_size: Optional[int] = None) -> Tensor:
-    return _reduced(src, index, dim, out, dim_size, "sum")
+scatter_add = scatter_sum
 
 
 def scatter_mul(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,

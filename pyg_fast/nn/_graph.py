@@ -77,16 +77,17 @@ def _endpoints(flow: str) -> Tuple[int, int]:
 def by_destination(edge_index: Tensor, num_src: int, num_dst: int, flow: str,
                    is_sorted: Optional[bool] = None) -> Graph:
     """The destination-grouped layout of ``edge_index`` (validated, cached with the tensor)."""
+    return _layout.cached(edge_index, ("by_destination", num_src, num_dst, flow, is_sorted),
+                          lambda: _grouped(edge_index, num_src, num_dst, flow, is_sorted))
+
+
+def _grouped(edge_index: Tensor, num_src: int, num_dst: int, flow: str, is_sorted: Optional[bool]) -> Graph:
+    """``by_destination`` without the cache."""
     j, i = _endpoints(flow)
-
-    def compute() -> Graph:
-        names = f"edge_index[{i}]|the number of target nodes|edge_index[{j}]|the number of source nodes"
-        ptr, perm, src = _layout.grouped_edges(edge_index[i], num_dst, edge_index[j],
-                                               _layout.rows_of(num_src, edge_index.device), names, is_sorted,
-                                               edge_index)
-        return Graph(src, ptr, perm)
-
-    return _layout.cached(edge_index, ("by_destination", num_src, num_dst, flow, is_sorted), compute)
+    names = f"edge_index[{i}]|the number of target nodes|edge_index[{j}]|the number of source nodes"
+    ptr, perm, src = _layout.grouped_edges(edge_index[i], num_dst, edge_index[j],
+                                           _layout.rows_of(num_src, edge_index.device), names, is_sorted, edge_index)
+    return Graph(src, ptr, perm)
 
 
 def by_destination_looped(edge_index: Tensor, num_src: int, num_dst: int, num_loops: int, flow: str) -> Graph:
@@ -96,11 +97,7 @@ def by_destination_looped(edge_index: Tensor, num_src: int, num_dst: int, num_lo
     compile and trace the grouping of the caller's ``edge_index`` is kept from step to step (that
     of a graph with loops appended, a new tensor every step, could not be)."""
     def compute() -> Graph:
-        j, i = _endpoints(flow)
-        names = f"edge_index[{i}]|the number of target nodes|edge_index[{j}]|the number of source nodes"
-        ptr, perm, src = _layout.grouped_edges(edge_index[i], num_dst, edge_index[j],
-                                               _layout.rows_of(num_src, edge_index.device), names,
-                                               owner=edge_index)
+        src, ptr, perm = _grouped(edge_index, num_src, num_dst, flow, None)
         E = src.numel()
         node = torch.arange(num_dst + 1, device=ptr.device).clamp_(max=num_loops)  # loops before each target
         looped_ptr = ptr + node

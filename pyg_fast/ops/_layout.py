@@ -123,8 +123,8 @@ def _range_message(name: str, size, size_name: str) -> _deferred.Message:
 # Bounds that derive from another tensor's shape travel as that tensor and a dimension: an int
 # argument of a dispatcher call is recorded as a constant by torch.jit.trace, a tensor is not.
 @torch.library.custom_op("pyg_fast::csr_layout", mutates_args=())
-def _csr_layout(index: Tensor, num_segments: int, is_sorted: bool, src: Optional[Tensor],
-                src_bound: Optional[Tensor], names: str, owner: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
+def _csr_layout(index: Tensor, num_segments: int, is_sorted: bool, src: Optional[Tensor], src_bound: Optional[Tensor],
+                names: str, owner: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """(ptr [num_segments + 1], perm [E] (empty where ``is_sorted``), src[perm] [E] (empty without
     ``src``)): the rows of ``index`` grouped by value with a stable sort, validated (``src``
     against [0, src_bound.size(0)) where ``src_bound`` is given). ``names``: 'index name|size

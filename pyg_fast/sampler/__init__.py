@@ -307,42 +307,35 @@ class _SortedIds:
         self.count = torch.full((), keys.numel(), dtype=torch.long, device=keys.device)
 
     def number(self, cand: Tensor) -> Tuple[Tensor, Tensor]:
-        """As :meth:`_DenseIds.number`."""
-        ids, first, self.keys, self.ids, self.count = _number(cand, self.keys, self.ids, self.count)
+        """As :meth:`_DenseIds.number`: a known key keeps its id, new keys are numbered from
+        ``count`` in order of first appearance, and the known keys take them in."""
+        n, m = cand.numel(), self.keys.numel()
+        if m:
+            at = torch.searchsorted(self.keys, cand).clamp(max=m - 1)
+            hit = self.keys[at] == cand
+            old_ids = self.ids[at]
+        else:
+            hit = torch.zeros_like(cand, dtype=torch.bool)
+            old_ids = torch.full_like(cand, -1)
+        new = (cand != _NONE) & ~hit
+        skey, order = torch.sort(torch.where(new, cand, _NONE), stable=True)  # a key's slots: in slot order
+        run_start = torch.ones_like(new)
+        run_start[1:] = skey[1:] != skey[:-1]
+        first_sorted = run_start & (skey != _NONE)
+        # Number the new keys by the slot of their first appearance.
+        first_slot = torch.where(first_sorted, order, n)
+        rank = torch.searchsorted(torch.sort(first_slot).values, first_slot)
+        run = torch.cumsum(run_start.long(), 0) - 1
+        run_id = torch.zeros(n + 1, dtype=torch.long, device=cand.device).scatter_(  # row n: a spare for other runs
+            0, torch.where(first_sorted, run, n), torch.where(first_sorted, self.count + rank, 0))
+        new_id_sorted = run_id[run]
+        ids = torch.empty_like(cand)
+        ids[order] = torch.where(skey != _NONE, new_id_sorted, -1)
+        ids = torch.where(hit & (cand != _NONE), old_ids, ids)
+        first = torch.zeros_like(new)
+        first[order] = first_sorted
+        merged_keys = torch.cat([self.keys, torch.where(first, cand, _NONE)])
+        merged_ids = torch.cat([self.ids, torch.where(first, ids, -1)])
+        self.keys, at = torch.sort(merged_keys)
+        self.ids, self.count = merged_ids[at], self.count + first_sorted.sum()
         return ids, first
-
-
-def _number(cand: Tensor, known_keys: Tensor, known_ids: Tensor, count: Tensor
-            ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Local ids of candidate keys (``_NONE``: empty slot, id -1): a known key keeps its id; new
-    keys are numbered from ``count`` in order of first appearance. Returns (ids, whether each slot
-    is its key's first appearance as a new node, known keys and ids after, count after)."""
-    n, m = cand.numel(), known_keys.numel()
-    if m:
-        at = torch.searchsorted(known_keys, cand).clamp(max=m - 1)
-        hit = known_keys[at] == cand
-        old_ids = known_ids[at]
-    else:
-        hit = torch.zeros_like(cand, dtype=torch.bool)
-        old_ids = torch.full_like(cand, -1)
-    new = (cand != _NONE) & ~hit
-    skey, order = torch.sort(torch.where(new, cand, _NONE), stable=True)  # a key's slots: in slot order
-    run_start = torch.ones_like(new)
-    run_start[1:] = skey[1:] != skey[:-1]
-    first_sorted = run_start & (skey != _NONE)
-    # Number the new keys by the slot of their first appearance.
-    first_slot = torch.where(first_sorted, order, n)
-    rank = torch.searchsorted(torch.sort(first_slot).values, first_slot)
-    run = torch.cumsum(run_start.long(), 0) - 1
-    run_id = torch.zeros(n + 1, dtype=torch.long, device=cand.device).scatter_(  # row n: a spare for other runs
-        0, torch.where(first_sorted, run, n), torch.where(first_sorted, count + rank, 0))
-    new_id_sorted = run_id[run]
-    ids = torch.empty_like(cand)
-    ids[order] = torch.where(skey != _NONE, new_id_sorted, -1)
-    ids = torch.where(hit & (cand != _NONE), old_ids, ids)
-    first = torch.zeros_like(new)
-    first[order] = first_sorted
-    merged_keys = torch.cat([known_keys, torch.where(first, cand, _NONE)])
-    merged_ids = torch.cat([known_ids, torch.where(first, ids, -1)])
-    merged_keys, at = torch.sort(merged_keys)
-    return ids, first, merged_keys, merged_ids[at], count + first_sorted.sum()
