@@ -70,7 +70,8 @@ def scatter_sum(values: Tensor, index: Tensor, num_rows: int) -> Tensor:
 
     Recorded (compile, trace), where a grouping could not be kept for the next step, it is torch's
     atomic ``index_add``: regrouping a graph costs a sort every step, which cost more than the
-    atomics at every size timed (fresh_graph: index_add 33 us, sort alone 70 us at 10 k edges)."""
+    whole index_add at both sizes timed on an H100 host (10 k edges: 33 us against 70 us for the
+    sort alone; 1.2 M edges: 160 us against 205 us)."""
     if not _layout.eager(values, index):
         return values.new_zeros((num_rows,) + values.shape[1:]).index_add_(0, index, values)
     values3 = values.reshape(1, values.size(0), math.prod(values.shape[1:]))
