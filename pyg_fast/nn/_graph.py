@@ -92,22 +92,13 @@ def _grouped(edge_index: Tensor, num_src: int, num_dst: int, flow: str, is_sorte
 
 def by_destination_looped(edge_index: Tensor, num_src: int, num_dst: int, num_loops: int, flow: str) -> Graph:
     """``by_destination`` of ``with_self_loops(edge_index, num_loops).edge_index``, derived from the
-    grouping of ``edge_index`` itself rather than sorted again: in a stable grouping each target
-    ``v < num_loops`` keeps its edges in order and then its loop (input position E + v). Under
+    grouping of ``edge_index`` itself rather than sorted again (``_layout.looped_layout``): under
     compile and trace the grouping of the caller's ``edge_index`` is kept from step to step (that
     of a graph with loops appended, a new tensor every step, could not be)."""
     def compute() -> Graph:
         src, ptr, perm = _grouped(edge_index, num_src, num_dst, flow, None)
-        E = src.numel()
-        node = torch.arange(num_dst + 1, device=ptr.device).clamp_(max=num_loops)  # loops before each target
-        looped_ptr = ptr + node
-        edge_pos = torch.arange(E, device=ptr.device) + node.index_select(0, _layout.ptr_to_index(ptr, E))
-        loop_pos = ptr[1:num_loops + 1] + node[:num_loops]
-        loops = torch.arange(num_loops, device=ptr.device)
-        order = torch.arange(E, device=ptr.device) if perm is None else perm
-        looped_src = src.new_empty(E + num_loops).index_copy_(0, edge_pos, src).index_copy_(0, loop_pos, loops)
-        looped_perm = order.new_empty(E + num_loops).index_copy_(0, edge_pos, order).index_copy_(0, loop_pos, loops + E)
-        return Graph(looped_src, looped_ptr, looped_perm)
+        order = torch.arange(src.numel(), device=ptr.device) if perm is None else perm
+        return Graph(*_layout.looped_layout(src, ptr, order, num_loops))
 
     return _layout.cached(edge_index, ("by_destination_looped", num_src, num_dst, num_loops, flow), compute)
 

@@ -26,9 +26,10 @@ _next = 0
 _in_flight: Deque = deque()
 _free: List[int] = []
 
-LATE = ("(found after the call that passed it returned: on CUDA index checks run behind the kernels "
-        "without a host synchronisation, and that call's output skipped the invalid entries; set "
-        "pyg_fast.config.validate = 'sync' to raise at the call itself)")
+LATE = ("(reported once the check reached the host: on CUDA index checks run behind the kernels "
+        "without a host synchronisation, so the call that passed it, or a later one, raises, and that "
+        "call's output skipped the invalid entries; set pyg_fast.config.validate = 'sync' to raise "
+        "before the kernels run)")
 
 
 class _Check:

@@ -148,12 +148,7 @@ def _gather_backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
         return grad_x, None, None, grad_w, None, None, None
     if ctx.reduce == "mean":  # divided, as PyG's mean backward does: the same rounding
         grad_out = grad_out / _layout.segment_sizes(ptr, grad_out.dtype)
-    if need_x and not _layout.eager(grad_out, src_index):  # recorded: no grouping by source to reuse
-        msg = grad_out.index_select(0, _layout.ptr_to_index(ptr, E))
-        if weight is not None:
-            msg = (msg.view(E, H, F // H) * weight.unsqueeze(-1)).view(E, F)
-        grad_x = scatter_sum(msg, src_index, N)
-    elif need_x:
+    if need_x:
         t = _layout.transposed_layout(src_index, ptr, N)
         w_t = None if weight is None else gather_rows(weight, t.perm)
         grad_x = reduce_csr(grad_out, t.dst_index, t.ptr, w_t, "sum")

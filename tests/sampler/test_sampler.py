@@ -34,14 +34,14 @@ def test_batches_follow_pyg_conventions(device, replace, disjoint, fanouts):
     data = graph()
     deg = in_degree(data.edge_index, data.num_nodes)
     edges = set(map(tuple, data.edge_index.t().tolist()))
-    loader = sampler.NeighborLoader(data, fanouts, batch_size=16, replace=replace, disjoint=disjoint, shuffle=True,
-                                    device=device)
+    loader = sampler.NeighborLoader(graph().to(device), fanouts, batch_size=16, replace=replace, disjoint=disjoint,
+                                    shuffle=True)
     for batch in loader:
         n_id, e_id = batch.n_id.cpu(), batch.e_id.cpu()
         ei = batch.edge_index.cpu()
         B = batch.batch_size
         assert B == batch.input_id.numel() <= 16 and n_id[:B].equal(batch.input_id.cpu())  # seeds first
-        assert batch.x.equal(data.x[n_id]) and batch.y.equal(n_id)
+        assert batch.x.cpu().equal(data.x[n_id]) and batch.y.cpu().equal(n_id)
         glob = n_id[ei]
         assert all(tuple(e) in edges for e in glob.t().tolist())  # every sampled edge exists
         assert data.edge_index[:, e_id].equal(glob)  # e_id maps back to the input edges
@@ -70,8 +70,7 @@ def test_batches_follow_pyg_conventions(device, replace, disjoint, fanouts):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_new_nodes_are_numbered_in_order_of_first_appearance(device):
-    data = graph()
-    batch = next(iter(sampler.NeighborLoader(data, [6, 4], batch_size=10, device=device)))
+    batch = next(iter(sampler.NeighborLoader(graph().to(device), [6, 4], batch_size=10)))
     known = batch.num_sampled_nodes[0]
     for (row, _), new in zip(hops(batch), batch.num_sampled_nodes[1:]):
         fresh = [r for r in row.tolist() if r >= known]
@@ -103,11 +102,11 @@ def test_each_neighbour_is_drawn_with_equal_probability(device, replace):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_seeded_generator_gives_the_same_batches(device):
-    data = graph()
+    data = graph().to(device)
 
     def batches():
         gen = torch.Generator(device=device).manual_seed(5)
-        loader = sampler.NeighborLoader(data, [5, 3], batch_size=32, device=device, generator=gen)
+        loader = sampler.NeighborLoader(data, [5, 3], batch_size=32, generator=gen)
         return [(b.n_id.cpu(), b.edge_index.cpu()) for b in loader]
 
     for (n1, e1), (n2, e2) in zip(batches(), batches()):
@@ -132,13 +131,13 @@ def test_hetero_batches_follow_pyg_conventions(device, disjoint):
     data = hetero_graph()
     fanouts = {("paper", "cites", "paper"): [3, 2], ("author", "writes", "paper"): [2, 1],
                ("paper", "rev_writes", "author"): [4, 2]}
-    loader = sampler.NeighborLoader(data, fanouts, batch_size=8, input_nodes="paper", disjoint=disjoint,
-                                    device=device)
+    loader = sampler.NeighborLoader(hetero_graph().to(device), fanouts, batch_size=8, input_nodes="paper",
+                                    disjoint=disjoint)
     for batch in loader:
         B = batch["paper"].batch_size
         assert batch["paper"].n_id[:B].cpu().equal(batch["paper"].input_id.cpu())
         for node_type in ("paper", "author"):
-            assert batch[node_type].x.equal(data[node_type].x[batch[node_type].n_id.cpu()])
+            assert batch[node_type].x.cpu().equal(data[node_type].x[batch[node_type].n_id.cpu()])
         for edge_type, k in fanouts.items():
             src, _, dst = edge_type
             ei, e_id = batch[edge_type].edge_index.cpu(), batch[edge_type].e_id.cpu()
