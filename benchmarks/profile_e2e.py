@@ -1,12 +1,13 @@
 """Where the time of pyg_fast's end-to-end steps goes: the models of the e2e suites, converted
 with pyg_fast.convert, under torch.profiler.
 
-    python -m benchmarks.profile_e2e --out DIR [--graphs arxiv_like,reddit2_like] [--steps 5]
+    python -m benchmarks.profile_e2e --out DIR [--graphs arxiv_like,reddit2_like] [--models gcn,sage]
+                                     [--steps 5] [--compile]
 
 For each model and graph it times a training step and an inference pass (median, as the e2e
 suites) and profiles a few of each: device time per kernel, grouped into the categories below,
 and the share of the step the device is busy (below 100%: the step waits on the host, i.e.
-Python and launch overhead). Writes DIR/profile_e2e.json and DIR/profile_e2e.md. On a CPU it
+Python and launch overhead). ``--compile`` profiles ``torch.compile`` of the converted models. Writes DIR/profile_e2e.json and DIR/profile_e2e.md. On a CPU it
 profiles CPU operators instead of kernels.
 """
 import argparse
@@ -70,21 +71,25 @@ def profile_step(fn, device: torch.device, steps: int) -> Dict:
     for name, ms in per_kernel.items():
         by_category[category(name)] = by_category.get(category(name), 0.0) + ms
     busy = sum(per_kernel.values())
-    top = sorted(per_kernel.items(), key=lambda item: -item[1])[:5]
+    top = sorted(per_kernel.items(), key=lambda item: -item[1])[:10]
     return {"step_ms": step_ms, "device_busy_ms": busy,
             "categories_ms": dict(sorted(by_category.items(), key=lambda item: -item[1])),
             "top_kernels_ms": [[name[:120], ms] for name, ms in top]}
 
 
-def run(device: torch.device, graphs, steps: int) -> List[Dict]:
+def run(device: torch.device, graphs, models, steps: int, compiled: bool) -> List[Dict]:
     rows = []
     for graph_name in graphs:
         x, edge_index, y = graph_inputs(graph_name, device)
-        for model_name in MODELS:
+        for model_name in models:
             _, fast = stock_and_fast(model_name, device)
+            if compiled:
+                torch._dynamo.reset()
+                fast = torch.compile(fast)
             train_step, infer = step_functions(fast, x, edge_index, y)
             for kind, fn in (("train", train_step), ("infer", infer)):
-                row = {"model": model_name, "graph": graph_name, "step": kind, **profile_step(fn, device, steps)}
+                row = {"model": model_name, "graph": graph_name, "step": kind, "compiled": compiled,
+                       **profile_step(fn, device, steps)}
                 print(json.dumps(row)[:300], flush=True)
                 rows.append(row)
             del fast
@@ -113,10 +118,13 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", required=True)
     parser.add_argument("--graphs", default=",".join(DEFAULT_GRAPHS))
+    parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--compile", action="store_true")
     args = parser.parse_args()
     device = torch.device(args.device)
-    rows = run(device, [g for g in args.graphs.split(",") if g], args.steps)
+    rows = run(device, [g for g in args.graphs.split(",") if g], [m for m in args.models.split(",") if m], args.steps,
+               args.compile)
     env = environment(device)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
