@@ -362,7 +362,7 @@ def _destinations(ptr: Tensor, num_rows: int) -> List[Tensor]:
 
 
 def _transposed(src_index: Tensor, dst_ptr: Tensor, num_src: int) -> List[Tensor]:
-    ptr, perm, dst_index = csr_layout(src_index, num_src, False, _destinations(dst_ptr, src_index.numel())[0],
+    ptr, perm, dst_index = csr_layout(src_index, num_src, False, ptr_to_index(dst_ptr, src_index.numel()),
                                       None, "src_index|the number of source rows||")
     return [perm, ptr, dst_index]
 
