@@ -214,3 +214,21 @@ def test_compiled_op_on_a_slice_of_an_input_sees_in_place_changes(device):
     for _ in range(2):
         assert_close(fn(rows, ei), scatter_reference(rows.double(), ei[1], 30, "sum"), torch.float32)
         ei[1] = torch.randint(0, 30, (200,), device=device)
+
+
+def test_derived_layouts_follow_the_copies_they_come_from(monkeypatch):
+    """A layout derived from the copies a memo issued is memoised with their owner, handed out
+    as a new copy every call, and recomputed once a copy is changed in place."""
+    from pyg_fast.ops import _layout
+    calls = []
+    destinations = _layout._DERIVED["destinations"]
+    monkeypatch.setitem(_layout._DERIVED, "destinations", lambda *a: calls.append(1) or destinations(*a))
+    edge_index = torch.tensor([[0, 1, 2, 3], [1, 0, 1, 2]])
+    ptr, _, _ = _layout._csr_layout(edge_index[1], 3, False, edge_index[0], None, "a|b|c|d", edge_index)
+    assert ptr.tolist() == [0, 1, 3, 4]
+    first = _layout._derived_layout("destinations", [ptr], [4])[0]
+    again = _layout._derived_layout("destinations", [ptr], [4])[0]
+    assert first.tolist() == again.tolist() == [0, 1, 1, 2] and len(calls) == 1
+    assert again.data_ptr() != first.data_ptr()
+    ptr[1] = 2
+    assert _layout._derived_layout("destinations", [ptr], [4])[0].tolist() == [0, 0, 1, 2] and len(calls) == 2
