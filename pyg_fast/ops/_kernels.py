@@ -143,9 +143,10 @@ def _gather_backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
     if ctx.reduce in EXTREMA:
         grad_msg = torch.ops.pyg_fast.index_segment_reduce_extremum_backward(
             grad_out, x, src_index, ptr, weight, out).view(E, H, F // H)
-        if need_x:
+        if need_x:  # the messages summed per source, on the same grouping by source as below
             msg = grad_msg * weight.unsqueeze(-1) if weight is not None else grad_msg
-            grad_x = scatter_sum(msg.view(E, F), src_index, N)
+            t = _layout.transposed_layout(src_index, ptr, N)
+            grad_x = reduce_csr(msg.view(E, F), t.perm, t.ptr, None, "sum")
         if need_w:
             grad_w = (grad_msg * gather_rows(x, src_index).view(E, H, F // H)).sum(-1)
         return grad_x, None, None, grad_w, None, None, None
