@@ -1,6 +1,6 @@
 """Checks and small values computed on the device and read by the host without waiting for it.
 
-A check is a few boolean flags on the data's device (``report``). On the CPU a raised flag
+A check is a few integer flags on the data's device (``report``). On the CPU a raised flag
 raises at once. On CUDA the flags are copied into pinned host memory behind the kernels that
 follow, with no host synchronisation, and the first pyg_fast call that finds the copy landed
 raises (``poll``; :func:`check_errors` waits for every pending check). ``config.validate =
@@ -89,21 +89,20 @@ def check_errors() -> None:
     poll()
 
 
-def report(flags: Sequence[Tensor], messages: Sequence[Message]) -> None:
-    """Raises ``messages[i]`` for the first of the 0-d boolean ``flags`` that is True: at once on
-    the CPU or with ``config.validate == "sync"``, else once the flags reach the host."""
+def report(flags: Tensor, messages: Sequence[Message]) -> None:
+    """Raises ``messages[i]`` for the first nonzero entry ``i`` of the int64 ``flags`` (1-D, at
+    most 8): at once on the CPU or with ``config.validate == "sync"``, else once the flags reach
+    the host."""
     poll()
-    if not flags:
-        return
-    stacked = torch.stack([f.reshape(()) for f in flags]).long()
-    if stacked.device.type == "cuda" and _capturing():
-        return
-    if stacked.device.type != "cuda" or config.validate == "sync":
-        for flag, (kind, text) in zip(stacked.tolist(), messages):
-            if flag:
-                raise kind(text)
-        return
-    _slot(stacked, _Check(tuple(messages)))
+    if flags.device.type == "cuda":
+        if _capturing():
+            return
+        if config.validate != "sync":
+            _slot(flags, _Check(tuple(messages)))
+            return
+    for flag, (kind, text) in zip(flags.tolist(), messages):
+        if flag:
+            raise kind(text)
 
 
 class HostValue:

@@ -170,29 +170,33 @@ def _memo_key(owner: Tensor, index: Tensor, num_segments: int, is_sorted: bool, 
 
 def _prepare(index: Tensor, num_segments: int, is_sorted: bool, src: Optional[Tensor], src_bound: Optional[Tensor],
              names: str) -> Tuple[Tensor, Tensor, Tensor]:
-    """The work of ``pyg_fast::csr_layout``."""
+    """The work of ``pyg_fast::csr_layout``: one ``pyg_fast::coo_to_csr`` call (the kernels in
+    csrc/cuda/kernels/layout.cuh) and its flags reported."""
+    bound = -1 if src_bound is None else src_bound.size(0)
+    ptr, perm, src_sorted, flags = torch.ops.pyg_fast.coo_to_csr(index, num_segments, is_sorted, src, bound)
     index_name, size_name, src_name, src_size_name = names.split("|")
-    flags, messages = [], []
-    if is_sorted:
-        keys, perm = index, index.new_empty(0)
-        if index.numel() > 1:
-            flags.append((index[1:] < index[:-1]).any())
-            messages.append((ValueError, f"pyg_fast: '{index_name}' was declared sorted but is not sorted"))
-    else:
-        keys, perm = torch.sort(index, stable=True)
-    # Binary search rather than counting: any index gives a non-decreasing ptr within [0, E], the
-    # kernels stay in bounds, and values outside [0, num_segments) show as ptr[0] > 0 or ptr[-1] < E.
-    ptr = torch.searchsorted(keys, torch.arange(num_segments + 1, device=index.device, dtype=keys.dtype))
-    flags.append((ptr[0] != 0) | (ptr[-1] != index.numel()))
-    messages.append(_range_message(index_name, num_segments, size_name))
-    src_sorted = index.new_empty(0)
-    if src is not None:
-        if src_bound is not None:
-            flags.append(_out_of_range(src, src_bound.size(0)))
-            messages.append(_range_message(src_name, src_bound.size(0), src_size_name))
-        src_sorted = src.clone() if is_sorted else src.index_select(0, perm)
-    _deferred.report(flags, messages)
+    _deferred.report(flags, (_range_message(index_name, num_segments, size_name),
+                             _range_message(src_name, bound, src_size_name),
+                             (ValueError, f"pyg_fast: '{index_name}' was declared sorted but is not sorted")))
     return ptr, perm, src_sorted
+
+
+@torch.library.register_fake("pyg_fast::coo_to_csr")
+def _(index, num_segments, is_sorted, src, src_bound):
+    E = index.numel()
+    return (index.new_empty(num_segments + 1), index.new_empty(0 if is_sorted else E),
+            index.new_empty(0 if src is None else E), index.new_empty(3))
+
+
+@torch.library.register_fake("pyg_fast::csr_to_coo")
+def _(ptr, num_rows):
+    return ptr.new_empty(num_rows)
+
+
+@torch.library.register_fake("pyg_fast::looped_csr")
+def _(src, ptr, perm, num_loops):
+    E = src.numel() + num_loops
+    return src.new_empty(E), torch.empty_like(ptr), perm.new_empty(E)
 
 
 @_csr_layout.register_fake
@@ -206,7 +210,7 @@ def _(index, num_segments, is_sorted, src, src_bound, names, owner=None):
 def _checked_index(index: Tensor, bound: Tensor, dim: int, name: str, size_name: str) -> Tensor:
     """A copy of ``index`` whose values are checked to lie in [0, bound.size(dim))."""
     size = bound.size(dim)
-    _deferred.report([_out_of_range(index, size)], [_range_message(name, size, size_name)])
+    _deferred.report(_out_of_range(index, size).reshape(1).long(), [_range_message(name, size, size_name)])
     return index.clone()
 
 
@@ -222,7 +226,7 @@ def _checked_ptr(ptr: Tensor, rows: Tensor, dim: int, name: str) -> Tensor:
     bad = (ptr[0] != 0) | (ptr[-1] != num_rows)
     if ptr.numel() > 1:
         bad = bad | (ptr[1:] < ptr[:-1]).any()
-    _deferred.report([bad], [(ValueError, f"pyg_fast: '{name}' must be non-decreasing from 0 to {num_rows} (the "
+    _deferred.report(bad.reshape(1).long(), [(ValueError, f"pyg_fast: '{name}' must be non-decreasing from 0 to {num_rows} (the "
                                           f"number of rows it splits)")])
     return ptr.clone()
 
@@ -357,8 +361,7 @@ def _origin(tensors: Sequence[Tensor]) -> Optional[Tuple[Tensor, Tuple]]:
 
 
 def _destinations(ptr: Tensor, num_rows: int) -> List[Tensor]:
-    return [torch.repeat_interleave(torch.arange(ptr.numel() - 1, device=ptr.device), ptr.diff(),
-                                    output_size=num_rows)]
+    return [torch.ops.pyg_fast.csr_to_coo(ptr, num_rows)]
 
 
 def _transposed(src_index: Tensor, dst_ptr: Tensor, num_src: int) -> List[Tensor]:
@@ -368,16 +371,7 @@ def _transposed(src_index: Tensor, dst_ptr: Tensor, num_src: int) -> List[Tensor
 
 
 def _looped(src: Tensor, ptr: Tensor, perm: Tensor, num_loops: int) -> List[Tensor]:
-    # In a stable grouping each target v < num_loops keeps its edges in order, then its loop
-    # (input position E + v).
-    E = src.numel()
-    node = torch.arange(ptr.numel(), device=ptr.device).clamp_(max=num_loops)  # loops before each target
-    edge_pos = torch.arange(E, device=ptr.device) + node.index_select(0, _destinations(ptr, E)[0])
-    loop_pos = ptr[1:num_loops + 1] + node[:num_loops]
-    loops = torch.arange(num_loops, device=ptr.device)
-    looped_src = src.new_empty(E + num_loops).index_copy_(0, edge_pos, src).index_copy_(0, loop_pos, loops)
-    looped_perm = perm.new_empty(E + num_loops).index_copy_(0, edge_pos, perm).index_copy_(0, loop_pos, loops + E)
-    return [looped_src, ptr + node, looped_perm]
+    return list(torch.ops.pyg_fast.looped_csr(src, ptr, perm, num_loops))
 
 
 _DERIVED = {"destinations": _destinations, "transposed": _transposed, "looped": _looped}

@@ -17,7 +17,7 @@ in a table measured on the GPU (``rules.json``, written by ``benchmarks/tune_seg
   ``torch.jit.trace``, and for a graph seen for the first time (skew assumed high);
 - here, with the graph's measured skew and the graph-aware schedules, for a graph reused in eager
   mode once its statistics have reached the host (``_layout.segment_stats``: computed on the
-  device from the third reduction over it, copied without a synchronisation).
+  device from the second reduction of the same sizes over it, copied without a synchronisation).
 
 ``explain`` says what an input gets; ``set_override`` forces a choice (the tuning sweep and the
 benchmarks use it).
@@ -35,9 +35,6 @@ from pyg_fast.ops import _layout
 DEFAULT_RULES = os.path.join(os.path.dirname(__file__), "rules.json")
 SCHEDULES: Dict[str, int] = {name: i for i, name in enumerate(torch.ops.pyg_fast.segment_schedule_names())}
 GRAPH_AWARE = ("groups", "balanced")
-# Reductions over one CUDA pointer before its statistics are computed: a graph used by one or
-# two layers of one step (a sampled mini-batch) never pays for them.
-STATS_AFTER_USES = 3
 
 _rules: Optional[dict] = None
 _override: Optional[Dict] = None
@@ -142,14 +139,14 @@ def segment_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool = Fa
         return _forced_launch(values, ptr, num_rows, gather, heads)
     if not _layout.eager(values, ptr):
         return AUTO
-    memo = _layout.cached(ptr, ("launches",), lambda: {"uses": 0})
+    memo = _layout.cached(ptr, ("launches",), dict)
     key = (num_rows, values.size(-1), values.element_size(), gather, heads)
     launch = memo.get(key)
-    if launch is not None:
-        return launch
-    memo["uses"] += 1
-    if memo["uses"] < STATS_AFTER_USES:
+    if launch is None:  # a launch seen once: the layers of a sampled mini-batch (a new graph every
+        memo[key] = AUTO  # step) each reduce once per size, and never pay for statistics (30 ops)
         return AUTO
+    if launch is not AUTO:
+        return launch
     stats = _layout.segment_stats(ptr)
     if stats is None:
         return AUTO

@@ -327,9 +327,15 @@ def test_reused_graph_gets_the_measured_launch():
     ptr = torch._convert_indices_from_coo_to_csr(index, 300)
     src = torch.randn(5000, 16, device="cuda")
     ref = scatter_reference(src, index, 300, "sum")
-    launches = [tuning.segment_launch(src.view(1, 5000, 16), ptr, 5000) for _ in range(tuning.STATS_AFTER_USES - 1)]
-    assert all(launch == tuning.AUTO for launch in launches)  # statistics start on the next one
-    tuning.segment_launch(src.view(1, 5000, 16), ptr, 5000)
+
+    def stats_started():
+        return any(slot[0] == ("stats",) for slot in pyg_fast.ops._layout._CACHE[id(ptr)][1])
+
+    assert tuning.segment_launch(src.view(1, 5000, 16), ptr, 5000) == tuning.AUTO
+    assert tuning.segment_launch(src[:, :8].reshape(1, 5000, 8), ptr, 5000) == tuning.AUTO
+    assert not stats_started()  # each size seen once (a sampled graph's layers): no statistics
+    assert tuning.segment_launch(src.view(1, 5000, 16), ptr, 5000) == tuning.AUTO
+    assert stats_started()  # a size repeated: they start, without waiting
     torch.cuda.synchronize()
     measured = tuning.segment_launch(src.view(1, 5000, 16), ptr, 5000)
     stats = pyg_fast.ops._layout.segment_stats(ptr)

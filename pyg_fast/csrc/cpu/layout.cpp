@@ -1,0 +1,115 @@
+// CPU kernels of the per-graph preparation ops: a stable counting sort (O(E + V), one pass to
+// count and one to place) and the per-element rules of ../cuda/kernels/layout.cuh.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <torch/library.h>
+
+#include <tuple>
+#include <vector>
+
+#include "../cuda/kernels/layout.cuh"
+#include "../ops/layout.h"
+
+namespace pyg_fast::cpu {
+namespace {
+
+using namespace pyg_fast::cuda;
+
+constexpr int64_t kRowsPerTask = 1 << 14;
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> coo_to_csr(const at::Tensor& index, int64_t num_segments,
+                                                                      bool is_sorted,
+                                                                      const c10::optional<at::Tensor>& src,
+                                                                      int64_t src_bound) {
+  check_coo_to_csr_args(index, num_segments, src);
+  const int64_t E = index.numel(), V = num_segments;
+  const auto opts = index.options();
+  auto ptr = at::zeros({V + 1}, opts);
+  auto perm = at::empty({is_sorted ? 0 : E}, opts);
+  auto src_sorted = at::empty({src.has_value() ? E : 0}, opts);
+  auto flags = at::zeros({kLayoutFlags}, opts);
+  const int64_t* idx = index.const_data_ptr<int64_t>();
+  int64_t* p = ptr.mutable_data_ptr<int64_t>();
+  int64_t* f = flags.mutable_data_ptr<int64_t>();
+
+  // ptr[k + 1] counts the rows of segment k (invalid rows: segment V, counted nowhere), then the
+  // running sum turns counts into starts.
+  std::vector<int64_t> start(V + 1, 0);
+  for (int64_t e = 0; e < E; ++e) {
+    if (!layout_valid(idx[e], V)) {
+      f[kFlagIndexRange] = 1;
+    } else {
+      ++p[idx[e] + 1];
+    }
+    if (is_sorted && e > 0 && idx[e] < idx[e - 1]) f[kFlagNotSorted] = 1;
+  }
+  for (int64_t k = 0; k < V; ++k) p[k + 1] += p[k];
+  if (!is_sorted) {
+    int64_t* out = perm.mutable_data_ptr<int64_t>();
+    for (int64_t k = 0; k <= V; ++k) start[k] = p[k];  // start[V] = ptr[V]: where invalid rows go
+    for (int64_t e = 0; e < E; ++e) out[start[layout_key(idx[e], V)]++] = e;
+  }
+  if (src.has_value()) {
+    const int64_t* s = src->const_data_ptr<int64_t>();
+    const int64_t* order = is_sorted ? nullptr : perm.const_data_ptr<int64_t>();
+    int64_t* out = src_sorted.mutable_data_ptr<int64_t>();
+    bool bad = false;
+    for (int64_t i = 0; i < E; ++i) {
+      const int64_t value = s[order == nullptr ? i : order[i]];
+      bad |= src_bound >= 0 && (value < 0 || value >= src_bound);
+      out[i] = value;
+    }
+    if (bad) f[kFlagSrcRange] = 1;
+  }
+  return {ptr, perm, src_sorted, flags};
+}
+
+at::Tensor csr_to_coo(const at::Tensor& ptr, int64_t num_rows) {
+  check_csr_to_coo_args(ptr, num_rows);
+  auto out = at::empty({num_rows}, ptr.options());
+  const int64_t V = ptr.numel() - 1;
+  const int64_t* p = ptr.const_data_ptr<int64_t>();
+  int64_t* o = out.mutable_data_ptr<int64_t>();
+  at::parallel_for(0, num_rows, kRowsPerTask, [&](int64_t begin, int64_t end) {
+    for (int64_t e = begin; e < end; ++e) o[e] = layout_segment_of(p, V, e);
+  });
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> looped_csr(const at::Tensor& src, const at::Tensor& ptr,
+                                                          const at::Tensor& perm, int64_t num_loops) {
+  check_looped_csr_args(src, ptr, perm, num_loops);
+  const int64_t E = src.numel(), V = ptr.numel() - 1;
+  auto out_src = at::empty({E + num_loops}, src.options());
+  auto out_ptr = at::empty({V + 1}, ptr.options());
+  auto out_perm = at::empty({E + num_loops}, perm.options());
+  const int64_t *s = src.const_data_ptr<int64_t>(), *p = ptr.const_data_ptr<int64_t>(),
+                *q = perm.const_data_ptr<int64_t>();
+  int64_t *os = out_src.mutable_data_ptr<int64_t>(), *op = out_ptr.mutable_data_ptr<int64_t>(),
+          *oq = out_perm.mutable_data_ptr<int64_t>();
+  for (int64_t v = 0; v <= V; ++v) op[v] = looped_ptr(p, v, num_loops);
+  for (int64_t v = 0; v < num_loops; ++v) {
+    os[looped_loop(p, v)] = v;
+    oq[looped_loop(p, v)] = E + v;
+  }
+  int64_t d = 0;  // rows in order: walk the segments alongside (invalid rows past ptr[V]: d = V)
+  for (int64_t e = 0; e < E; ++e) {
+    while (d < V && p[d + 1] <= e) ++d;
+    const int64_t at = looped_row(e, d, num_loops);
+    os[at] = s[e];
+    oq[at] = q[e];
+  }
+  return {out_src, out_ptr, out_perm};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(pyg_fast, CPU, m) {
+  m.impl("coo_to_csr", &coo_to_csr);
+  m.impl("csr_to_coo", &csr_to_coo);
+  m.impl("looped_csr", &looped_csr);
+}
+
+}  // namespace pyg_fast::cpu

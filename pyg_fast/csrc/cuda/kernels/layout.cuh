@@ -1,0 +1,150 @@
+// Per-graph preparation (pyg_fast/ops/_layout.py): grouping a COO index into CSR form, the
+// segment of every row of a CSR pointer, and a grouping with self loops inserted. Torch-free.
+// The per-element rules are host + device code: the CPU kernels (../../cpu/layout.cpp) include
+// this header too, so both devices place every row and report every bad value the same way. The
+// CUDA kernels below are compiled by nvcc only and launched by ../layout.cu.
+//
+// Invalid input never leads to an access out of bounds: a COO value outside [0, V) is grouped
+// as segment V, after every valid row (so ptr[V] counts the valid rows only and the kernels that
+// read ptr never reach the invalid ones), and a flag is raised for the Python layer to report.
+#pragma once
+
+#include <cstdint>
+
+#include "../../common/reduce.h"  // PF_HOST_DEVICE
+
+namespace pyg_fast::cuda {
+
+// Positions of coo_to_csr's flags (int64 [kLayoutFlags], nonzero when raised).
+constexpr int kFlagIndexRange = 0;    // an index value outside [0, V)
+constexpr int kFlagSrcRange = 1;      // a src value outside [0, src_bound)
+constexpr int kFlagNotSorted = 2;     // declared sorted, but a value is below its predecessor
+constexpr int kLayoutFlags = 3;
+constexpr int kLayoutThreadsPerBlock = 256;
+
+PF_HOST_DEVICE bool layout_valid(int64_t value, int64_t V) { return value >= 0 && value < V; }
+// The segment a COO value groups into: itself when valid, else V (after every valid segment).
+PF_HOST_DEVICE int64_t layout_key(int64_t value, int64_t V) { return layout_valid(value, V) ? value : V; }
+
+// Number of bits of the largest key, V (at least 1): the radix sort sorts only these.
+inline int layout_key_bits(int64_t V) {
+  int bits = 1;
+  while (bits < 63 && (int64_t{1} << bits) <= V) ++bits;
+  return bits;
+}
+
+// First position in keys[0:n] whose key is >= target, keys read through key(i) (non-decreasing
+// where the input is valid; on any input the result lies in [0, n] and does not decrease with
+// target, so a pointer built from it stays in bounds).
+template <typename KeyAt>
+PF_HOST_DEVICE int64_t layout_lower_bound(KeyAt key, int64_t n, int64_t target) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (key(mid) < target) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+// The segment of row e of the CSR pointer ptr[0:V+1]: the last r with ptr[r] <= e, clamped into
+// [0, V - 1] (rows past ptr[V], the invalid ones grouped last, get V - 1; callers pass V >= 1).
+PF_HOST_DEVICE int64_t layout_segment_of(const int64_t* __restrict__ ptr, int64_t V, int64_t e) {
+  int64_t lo = 0, hi = V + 1;  // upper bound: first r with ptr[r] > e
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (ptr[mid] <= e) lo = mid + 1; else hi = mid;
+  }
+  const int64_t r = lo - 1;
+  return r < 0 ? 0 : (r > V - 1 ? V - 1 : r);
+}
+
+// Self loops inserted into a grouping (looped_csr): in a stable grouping of the edges followed by
+// the loops v -> v (v < num_loops, input position E + v), destination v keeps its edges in order,
+// then its loop. Row e of destination d moves to e + min(d, num_loops) (the loops of the
+// destinations before it); invalid rows (d = V) move past every loop.
+PF_HOST_DEVICE int64_t looped_row(int64_t e, int64_t d, int64_t num_loops) {
+  return e + (d < num_loops ? d : num_loops);
+}
+// Where loop v lands: after destination v's edges and the v loops before it.
+PF_HOST_DEVICE int64_t looped_loop(const int64_t* __restrict__ ptr, int64_t v) { return ptr[v + 1] + v; }
+PF_HOST_DEVICE int64_t looped_ptr(const int64_t* __restrict__ ptr, int64_t v, int64_t num_loops) {
+  return ptr[v] + (v < num_loops ? v : num_loops);
+}
+
+#if defined(__CUDACC__)
+// Keys for the radix sort (each value's segment, as 32 bits) and the row numbers it permutes;
+// raises kFlagIndexRange.
+__global__ void coo_keys_kernel(const int64_t* __restrict__ index, int64_t E, int64_t V, uint32_t* __restrict__ keys,
+                                int64_t* __restrict__ rows, unsigned long long* __restrict__ flags) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e >= E) return;
+  const int64_t value = index[e];
+  if (!layout_valid(value, V)) atomicOr(flags + kFlagIndexRange, 1ull);
+  keys[e] = static_cast<uint32_t>(layout_key(value, V));
+  rows[e] = e;
+}
+
+// The rest of coo_to_csr, one thread per pointer entry and per row: ptr[r] = the first sorted
+// position of a key >= r (r <= V); src_sorted[i] = src[perm[i]] (src[i] without perm) with
+// kFlagSrcRange where it is outside [0, src_bound) (src_bound < 0: not checked); without perm
+// (a declared-sorted index, read directly) kFlagIndexRange and kFlagNotSorted are raised here.
+template <typename KeyAt>
+__global__ void coo_finish_kernel(KeyAt key, const int64_t* __restrict__ index, int64_t E, int64_t V,
+                                  const int64_t* __restrict__ perm, const int64_t* __restrict__ src, int64_t src_bound,
+                                  int64_t* __restrict__ ptr, int64_t* __restrict__ src_sorted,
+                                  unsigned long long* __restrict__ flags) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i <= V) ptr[i] = layout_lower_bound(key, E, i);
+  if (i >= E) return;
+  if (perm == nullptr) {
+    const int64_t value = index[i];
+    if (!layout_valid(value, V)) atomicOr(flags + kFlagIndexRange, 1ull);
+    if (i > 0 && value < index[i - 1]) atomicOr(flags + kFlagNotSorted, 1ull);
+  }
+  if (src != nullptr) {
+    const int64_t s = src[perm == nullptr ? i : perm[i]];
+    if (src_bound >= 0 && (s < 0 || s >= src_bound)) atomicOr(flags + kFlagSrcRange, 1ull);
+    src_sorted[i] = s;
+  }
+}
+
+// Sorted 32-bit keys, as coo_finish_kernel reads them.
+struct SortedKeys {
+  const uint32_t* keys;
+  __device__ __forceinline__ int64_t operator()(int64_t i) const { return keys[i]; }
+};
+// A declared-sorted int64 index read in place, invalid values as V.
+struct IndexKeys {
+  const int64_t* index;
+  int64_t V;
+  __device__ __forceinline__ int64_t operator()(int64_t i) const { return layout_key(index[i], V); }
+};
+
+// csr_to_coo: the segment of every row.
+__global__ void csr_to_coo_kernel(const int64_t* __restrict__ ptr, int64_t V, int64_t E, int64_t* __restrict__ out) {
+  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e < E) out[e] = layout_segment_of(ptr, V, e);
+}
+
+// looped_csr, one thread per row, per loop and per pointer entry.
+__global__ void looped_csr_kernel(const int64_t* __restrict__ src, const int64_t* __restrict__ ptr,
+                                  const int64_t* __restrict__ perm, int64_t E, int64_t V, int64_t num_loops,
+                                  int64_t* __restrict__ out_src, int64_t* __restrict__ out_ptr,
+                                  int64_t* __restrict__ out_perm) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i <= V) out_ptr[i] = looped_ptr(ptr, i, num_loops);
+  if (i < num_loops) {
+    const int64_t at = looped_loop(ptr, i);
+    out_src[at] = i;
+    out_perm[at] = E + i;
+  }
+  if (i < E) {
+    const int64_t d = i >= ptr[V] ? V : layout_segment_of(ptr, V, i);
+    const int64_t at = looped_row(i, d, num_loops);
+    out_src[at] = src[i];
+    out_perm[at] = perm[i];
+  }
+}
+#endif
+
+}  // namespace pyg_fast::cuda
