@@ -20,7 +20,10 @@ Message = Tuple[Type[Exception], str]
 _SLOT = 8  # flags or values per slot of the pinned ring
 _SLOTS = 512
 _ring: Optional[Tensor] = None  # [_SLOTS, _SLOT] int64 in pinned host memory
-_next = 0
+# Per slot: its row of the ring and the event that marks its copy, made once with the ring
+# (a new torch.cuda.Event and a 2-d index of the ring cost more than the copy itself).
+_rows: List[Tensor] = []
+_events: List = []
 # Slots whose copy may not have landed yet, oldest first: (slot, event, owner); owner is a
 # _Check (raises when a flag is set) or a HostValue (keeps the values).
 _in_flight: Deque = deque()
@@ -42,16 +45,18 @@ class _Check:
 def _slot(values: Tensor, owner) -> int:
     """Copies ``values`` (at most _SLOT int64 on a CUDA device) into a free slot of the pinned
     ring behind the current stream, without waiting; returns the slot."""
-    global _ring, _next
+    global _ring
     if _ring is None:
         _ring = torch.zeros(_SLOTS, _SLOT, dtype=torch.long, pin_memory=True)
+        _rows.extend(_ring.unbind(0))
+        _events.extend(torch.cuda.Event() for _ in range(_SLOTS))
         _free.extend(range(_SLOTS))
     while not _free:  # every slot in flight: wait for the oldest (thousands of unlanded checks)
         _in_flight[0][1].synchronize()
         poll()
     slot = _free.pop()
-    _ring[slot, :values.numel()].copy_(values, non_blocking=True)
-    event = torch.cuda.Event()
+    _rows[slot].narrow(0, 0, values.numel()).copy_(values, non_blocking=True)
+    event = _events[slot]
     event.record()
     _in_flight.append((slot, event, owner))
     return slot
@@ -60,7 +65,8 @@ def _slot(values: Tensor, owner) -> int:
 def _capturing() -> bool:
     """Whether a CUDA graph is being captured: events cannot be queried then (the kernels stay
     in bounds; checks and statistics resume after the capture)."""
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    # is_initialized, not is_available: the latter reads an environment variable on every call
+    return torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
 
 
 def poll() -> None:
@@ -72,7 +78,7 @@ def poll() -> None:
         slot, _, owner = _in_flight.popleft()
         if isinstance(owner, _Check):
             if failure is None:
-                flags = _ring[slot, :len(owner.messages)].tolist()  # host memory: no synchronisation
+                flags = _rows[slot].tolist()  # host memory: no synchronisation
                 failure = next((m for m, f in zip(owner.messages, flags) if f), None)
             _free.append(slot)
         else:
@@ -116,7 +122,7 @@ class HostValue:
         _slot(values.long(), self)
 
     def _landed(self, slot: int) -> None:
-        self.values = _ring[slot, :self.count].tolist()
+        self.values = _rows[slot].tolist()[:self.count]
         _free.append(slot)
 
     def get(self) -> Optional[List[int]]:

@@ -48,14 +48,15 @@ def reduce_rows(src3: Tensor, layout: _layout.SegmentLayout, reduce: str) -> Ten
 
 
 def gather_rows(values: Tensor, index: Tensor) -> Tensor:
-    """``values.index_select(0, index)`` for an int64 ``index`` in range, differentiable. Floating
-    ``values`` go through the gather kernel, each row a segment of one edge: torch's CUDA
-    index_select launches one block per index, so with millions of narrow rows it is bound by the
-    block launch rate (23 M rows of 16 bytes: 14 ms against 0.34 ms here). Under torch.compile
-    Inductor writes the gather itself, fused with what reads it (the compiled GCN step on a 23 M-edge
-    graph spent 5.4 of its 15.7 ms gathering scalars through the segment kernel)."""
-    if not values.is_floating_point() or values.dim() == 0 or not values.is_cuda or (
-            not torch.jit.is_tracing() and not _layout.eager(values, index)):
+    """``values.index_select(0, index)`` for an int64 ``index`` in range, differentiable. Rows of
+    several floating values go through the gather kernel, each row a segment of one edge: torch's
+    CUDA index_select is bound by the block launch rate there (23 M rows of 16 bytes: 14 ms
+    against 0.46 ms here). Rows of one value are torch's (223 k scalars: 0.017 ms and 13 us of
+    host time against 0.047 ms and 84 us here). Under torch.compile Inductor writes the gather
+    itself, fused with what reads it (the compiled GCN step on a 23 M-edge graph spent 5.4 of its
+    15.7 ms gathering scalars through the segment kernel)."""
+    if not values.is_floating_point() or values.dim() == 0 or values.numel() == values.size(0) or (
+            not values.is_cuda) or (not torch.jit.is_tracing() and not _layout.eager(values, index)):
         return values.index_select(0, index)
     unit_ptr = _layout.cached(index, ("unit_ptr",), lambda: torch.arange(index.numel() + 1, device=index.device))
     out = reduce_csr(values.reshape(values.size(0), -1), index, unit_ptr, None, "sum")
@@ -68,16 +69,28 @@ def weight_as(weight: Tensor, dtype: torch.dtype) -> Tensor:
     return w2 if w2.dtype == dtype else w2.to(dtype)
 
 
+# Rows of at most this many values are summed by torch's scatter_add, a thread per value, rather
+# than grouped: GAT's per-head scores (see scatter_sum). On a new index of 223 k edges (H200),
+# 4-value rows: 0.028 ms and 27 us of host time, against 0.28 ms and 281 us to group and reduce.
+SCATTER_ADD_MAX_ROW = 8
+
+
 def scatter_sum(values: Tensor, index: Tensor, num_rows: int) -> Tensor:
     """Sums per-edge ``values`` [E, ...] into rows ``index`` (validated int64) of [num_rows, ...].
 
     Recorded (compile, trace), where a grouping could not be kept for the next step, it is torch's
     atomic ``index_add``: regrouping a graph costs a sort every step, which cost more than the
     whole index_add at both sizes timed on an H100 host (10 k edges: 33 us against 70 us for the
-    sort alone; 1.2 M edges: 160 us against 205 us)."""
+    sort alone; 1.2 M edges: 160 us against 205 us). Narrow rows take torch's ``scatter_add`` in
+    eager mode too: GAT's scores on a new graph are regrouped by source otherwise."""
+    row = math.prod(values.shape[1:])
     if not _layout.eager(values, index):
         return values.new_zeros((num_rows,) + values.shape[1:]).index_add_(0, index, values)
-    values3 = values.reshape(1, values.size(0), math.prod(values.shape[1:]))
+    if row <= SCATTER_ADD_MAX_ROW:
+        flat = values.reshape(values.size(0), row)
+        out = flat.new_zeros(num_rows, row).scatter_add_(0, index.unsqueeze(1).expand(-1, row), flat)
+        return out.view((num_rows,) + values.shape[1:])
+    values3 = values.reshape(1, values.size(0), row)
     out = reduce_rows(values3, _layout.coo_layout(index, num_rows), "sum")
     return out.view((num_rows,) + values.shape[1:])
 
