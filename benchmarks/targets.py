@@ -266,6 +266,24 @@ def issue27(res: Results, rep: Report) -> None:
                    detail=_worst(rows, ("op", "graph", "F")))
 
 
+def issue30(res: Results, rep: Report) -> None:
+    rep.issue("Issue 30: DistributedDataParallel on several GPUs")
+    cases = res.times("ddp_train", lambda c: c["graph"] != "quick_powerlaw")
+    speedup = {(c["model"], c["gpus"]): by["pyg"]["ms"] / by["pyg_fast"]["ms"] for c, by in cases if "pyg" in by}
+    rows = [({"model": m, "gpus": g}, v / speedup[(m, 1)]) for (m, g), v in speedup.items() if g > 1 and (m, 1) in speedup]
+    if rows:
+        rep.target(30, "ddp_train: speedup over PyG on g GPUs / on one GPU (lowest)", min(v for _, v in rows), 1.0,
+                   detail=_worst(rows, ("model", "gpus")))
+    rows = [(c, by["pyg_fast"]["scaling_efficiency"]) for c, by in cases if c["gpus"] == 4]
+    if rows:
+        rep.target(30, "ddp_train: pyg_fast's scaling efficiency on 4 GPUs (lowest)", min(v for _, v in rows), 0.85,
+                   "", detail=_worst(rows, ("model",)))
+    for c, by in cases:
+        if c["gpus"] > 1:
+            rep.note(f"{_case(c, ('model', 'gpus'))}: scaling efficiency pyg_fast "
+                     f"{by['pyg_fast']['scaling_efficiency']:.2f}, pyg {by['pyg']['scaling_efficiency']:.2f}")
+
+
 def issue32(res: Results, rep: Report) -> None:
     rep.issue("Issue 32: neighbour sampling on the GPU")
     rows = [(c, by["pyg_fast"]["edges_per_s"] / by[cpu]["edges_per_s"]) for c, by in res.times("sampler")
@@ -285,11 +303,11 @@ def main() -> None:
     args = parser.parse_args()
     res = Results(json.loads(Path(args.results).read_text()))
     rep = Report()
-    for check in (issue2, issue3, issue4, issue5, issue27, issue32):
+    for check in (issue2, issue3, issue4, issue5, issue27, issue30, issue32):
         check(res, rep)
     print(f"# Targets read from {args.results}")
     print("\n".join(rep.lines))
-    print("\nMissed per issue: " + ", ".join(f"{i}: {rep.missed[i]}" for i in (2, 3, 4, 5, 27, 32)))
+    print("\nMissed per issue: " + ", ".join(f"{i}: {rep.missed[i]}" for i in (2, 3, 4, 5, 27, 30, 32)))
 
 
 if __name__ == "__main__":
