@@ -91,7 +91,7 @@ def _grouped(edge_index: Tensor, num_src: int, num_dst: int, flow: str, is_sorte
 
 
 def by_destination_looped(edge_index: Tensor, num_src: int, num_dst: int, num_loops: int, flow: str) -> Graph:
-    """``by_destination`` of ``with_self_loops(edge_index, num_loops).edge_index``, derived from the
+    """``by_destination`` of ``with_self_loops(edge_index, num_loops)``, derived from the
     grouping of ``edge_index`` itself rather than sorted again (``_layout.looped_layout``): under
     compile and trace the grouping of the caller's ``edge_index`` is kept from step to step (that
     of a graph with loops appended, a new tensor every step, could not be)."""
@@ -134,28 +134,24 @@ def num_nodes(x_src: Tensor, x_dst: Optional[Tensor], sizes: Tuple[Optional[int]
     return num_src, num_dst
 
 
-class WithSelfLoops(NamedTuple):
-    """A graph with one self loop per node appended, without removing the loops it had (that
-    needs the loops' count on the host): ``edge_index`` [2, E + N], ``is_loop`` [E + N] marks the
-    original loops (which the layer weights by 0 or masks), in input order."""
-    edge_index: Tensor
-    is_loop: Tensor
+def loop_flags(edge_index: Tensor, num_nodes: int) -> Tensor:
+    """[E + num_nodes] booleans: which edges of ``edge_index`` with the loops ``i -> i`` for ``i <
+    num_nodes`` appended are loops it had already (the layers weight them 0 or mask them rather
+    than remove them, which needs their count on the host); cached."""
+    return _layout.cached(edge_index, ("loop_flags", num_nodes), lambda: torch.cat(
+        [edge_index[0] == edge_index[1], edge_index.new_zeros(num_nodes, dtype=torch.bool)]))
 
 
-def with_self_loops(edge_index: Tensor, num_nodes: int) -> WithSelfLoops:
-    """``edge_index`` with the loops ``i -> i`` for ``i < num_nodes`` appended (cached)."""
-    def compute():
-        loops = torch.arange(num_nodes, device=edge_index.device, dtype=edge_index.dtype)
-        looped = torch.cat([edge_index, loops.expand(2, -1)], dim=1)
-        is_loop = torch.cat([edge_index[0] == edge_index[1], loops.new_zeros(num_nodes, dtype=torch.bool)])
-        return WithSelfLoops(looped, is_loop)
-    return _layout.cached(edge_index, ("self_loops", num_nodes), compute)
+def with_self_loops(edge_index: Tensor, num_nodes: int) -> Tensor:
+    """``edge_index`` with the loops ``i -> i`` for ``i < num_nodes`` appended: [2, E + num_nodes]."""
+    loops = torch.arange(num_nodes, device=edge_index.device, dtype=edge_index.dtype)
+    return torch.cat([edge_index, loops.expand(2, -1)], dim=1)
 
 
 def gcn_normalized(edge_index: Tensor, edge_weight: Optional[Tensor], num_nodes: int, improved: bool,
-                   add_self_loops: bool, flow: str, dtype: torch.dtype) -> Tuple[Tensor, Graph, Tensor]:
-    """PyG's ``gcn_norm`` without a host synchronisation: (edge_index, the graph grouped by target,
-    the weight in that order as [E, 1]).
+                   add_self_loops: bool, flow: str, dtype: torch.dtype) -> Tuple[Graph, Tensor]:
+    """PyG's ``gcn_norm`` without a host synchronisation: (the graph grouped by target, with the
+    loops of ``with_self_loops`` where ``add_self_loops``; the weight in that order as [E, 1]).
 
     PyG removes the existing self loops and appends one per node (weighted by the removed loop's
     weight, else 1, or 2 with ``improved`` and edge weights); here the existing loops stay, weighted 0, and the
@@ -165,7 +161,7 @@ def gcn_normalized(edge_index: Tensor, edge_weight: Optional[Tensor], num_nodes:
     weight = edge_weight.to(dtype) if edge_weight is not None else torch.ones(E, dtype=dtype,
                                                                               device=edge_index.device)
     if add_self_loops:
-        looped = with_self_loops(edge_index, num_nodes)
+        is_loop = loop_flags(edge_index, num_nodes)[:E]
         # As PyG 2.8: without edge weights every loop weighs 1 (``improved`` only fills in the loops
         # of a weighted graph); a node's existing loop gives its weight, the last one in edge order
         # where it has several (PyG's assignment on the CPU; on CUDA PyG's pick among them is
@@ -174,18 +170,16 @@ def gcn_normalized(edge_index: Tensor, edge_weight: Optional[Tensor], num_nodes:
         loop_weight = torch.full((num_nodes,), fill, dtype=dtype, device=weight.device)
         if edge_weight is not None:  # the other edges go to the spare slot num_nodes
             row = edge_index[0]
-            keep = looped.is_loop[:E] & (row >= 0) & (row < num_nodes)
+            keep = is_loop & (row >= 0) & (row < num_nodes)
             last = torch.full((num_nodes + 1,), -1, dtype=torch.long, device=weight.device).scatter_reduce_(
                 0, torch.where(keep, row, num_nodes), torch.arange(E, device=weight.device), "amax")[:num_nodes]
             loop_weight = torch.where(last >= 0, weight[last.clamp(min=0)], loop_weight)
-        weight = torch.cat([weight.masked_fill(looped.is_loop[:E], 0), loop_weight])
+        weight = torch.cat([weight.masked_fill(is_loop, 0), loop_weight])
         graph = by_destination_looped(edge_index, num_nodes, num_nodes, num_nodes, flow)
-        edge_index = looped.edge_index
-    else:  # an alias: a value cached with edge_index must not hold a reference to it
-        edge_index = edge_index.detach()
+    else:
         graph = by_destination(edge_index, num_nodes, num_nodes, flow)
     w_sorted = in_edge_order(weight, graph).unsqueeze(1)
     deg = reduce_rows(w_sorted.unsqueeze(0), _layout.SegmentLayout(graph.ptr, None), "sum")[0]
     deg_inv_sqrt = deg.pow(-0.5).masked_fill_(deg == 0, 0)
     w_sorted = gather_rows(deg_inv_sqrt, graph.src) * w_sorted * deg_inv_sqrt.index_select(0, destinations(graph))
-    return edge_index, graph, w_sorted
+    return graph, w_sorted

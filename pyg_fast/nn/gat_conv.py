@@ -81,9 +81,9 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
                 ei, attr = remove_self_loops(edge_index, edge_attr)
                 edge_index, edge_attr = add_self_loops(ei, attr, fill_value=self.fill_value, num_nodes=num_loops)
             else:  # existing loops stay, masked out of the softmax
-                looped = _graph.with_self_loops(edge_index, num_loops)
-                edge_attr = self._with_loop_attr(edge_index, edge_attr, looped.is_loop, num_loops)
-                loops_of, edge_index, is_loop = edge_index, looped.edge_index, looped.is_loop
+                is_loop = _graph.loop_flags(edge_index, num_loops)
+                edge_attr = self._with_loop_attr(edge_index, edge_attr, is_loop, num_loops)
+                loops_of = edge_index
             sorted_by_destination = None
         num_src, num_dst = _graph.num_nodes(h_src, h_dst, edges.sizes, size)
         if is_loop is not None:

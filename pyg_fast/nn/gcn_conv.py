@@ -54,8 +54,10 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
             if self.cached:
                 self._cached_edge_index = (norm_edges.edge_index, norm_edges.value)
             return self._propagate(x, graph, weight)
-        norm_index, graph, weight = self._normalized(edges.edge_index, edge_weight, num_nodes, x.dtype)
+        graph, weight = self._normalized(edges.edge_index, edge_weight, num_nodes, x.dtype)
         if self.cached:
+            norm_index = (_graph.with_self_loops(edges.edge_index, num_nodes) if self.add_self_loops
+                          else edges.edge_index)
             self._cached_edge_index = (norm_index, _graph.in_input_order(weight.squeeze(1), graph))
         return self._propagate(x, graph, weight)
 
