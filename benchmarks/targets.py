@@ -270,7 +270,8 @@ def issue30(res: Results, rep: Report) -> None:
     rep.issue("Issue 30: DistributedDataParallel on several GPUs")
     cases = res.times("ddp_train", lambda c: c["graph"] != "quick_powerlaw")
     speedup = {(c["model"], c["gpus"]): by["pyg"]["ms"] / by["pyg_fast"]["ms"] for c, by in cases if "pyg" in by}
-    rows = [({"model": m, "gpus": g}, v / speedup[(m, 1)]) for (m, g), v in speedup.items() if g > 1 and (m, 1) in speedup]
+    rows = [({"model": m, "gpus": g}, v / speedup[(m, 1)]) for (m, g), v in speedup.items()
+            if g > 1 and (m, 1) in speedup]
     if rows:
         rep.target(30, "ddp_train: speedup over PyG on g GPUs / on one GPU (lowest)", min(v for _, v in rows), 1.0,
                    detail=_worst(rows, ("model", "gpus")))

@@ -226,8 +226,8 @@ def _checked_ptr(ptr: Tensor, rows: Tensor, dim: int, name: str) -> Tensor:
     bad = (ptr[0] != 0) | (ptr[-1] != num_rows)
     if ptr.numel() > 1:
         bad = bad | (ptr[1:] < ptr[:-1]).any()
-    _deferred.report(bad.reshape(1).long(), [(ValueError, f"pyg_fast: '{name}' must be non-decreasing from 0 to {num_rows} (the "
-                                          f"number of rows it splits)")])
+    message = f"pyg_fast: '{name}' must be non-decreasing from 0 to {num_rows} (the number of rows it splits)"
+    _deferred.report(bad.reshape(1).long(), [(ValueError, message)])
     return ptr.clone()
 
 
