@@ -6,7 +6,7 @@ model's constants to the measurements.
 
 Cases: the eight hetero_types distributions, K = N in {32, 64, 128}, bf16 and fp32 (TF32). The fit
 minimises the mean over cases of log(measured time of the model's pick / best measured time) and
-prints the constants to put in ``pyg_fast.triton.segment_matmul_config.MODEL``.
+prints the constants to put in ``pyg_fast.tuning.segment_matmul.MODEL``.
 """
 import argparse
 import itertools
@@ -17,7 +17,7 @@ import torch
 
 from benchmarks.common import time_ms
 from benchmarks.suites.segment_matmul import DIMS, DTYPES, segment_sizes
-from pyg_fast.triton.segment_matmul_config import (MODEL, HARDWARE, ModelConstants, SegmmConfig, candidates,
+from pyg_fast.tuning.segment_matmul import (MODEL, HARDWARE, ModelConstants, SegmmConfig, candidates,
                                                    model_time_us, modelled_candidates)
 
 GRID = {

@@ -4,7 +4,7 @@ forward+backward: pyg_fast against the loop of matmuls PyG runs without pyg-lib 
 
 Suites "segment_matmul_fwd" and "segment_matmul_fwdbwd"; case keys dataset, K, N, dtype;
 extra fields tflops and pct_roofline = max(FLOPs / matmul peak, bytes / copy bandwidth) over
-the measured time, with the device ceilings of pyg_fast.triton.segment_matmul_config.HARDWARE.
+the measured time, with the device ceilings of pyg_fast.tuning.segment_matmul.HARDWARE.
 The forward's records also hold copy_ms, the time of ``out.copy_(x)`` on the same rows in the
 same process, and pct_copy = copy_ms over the method's time: a reference stream, not a ceiling
 (a Triton tile copy measured up to 7% faster at 131 MB).
@@ -19,7 +19,7 @@ import torch
 
 from benchmarks.common import bench_methods, budget_for, time_ms
 from pyg_fast.ops.segment_matmul import segment_matmul
-from pyg_fast.triton.segment_matmul_config import HARDWARE
+from pyg_fast.tuning.segment_matmul import HARDWARE
 
 # The harness's dataset folder (PYG_FAST_DATA, see gpu_check.sh) if it holds the tables, else the
 # copy kept in the repository.

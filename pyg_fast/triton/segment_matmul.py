@@ -29,7 +29,7 @@ from torch import Tensor
 
 # native_launch_allowed is re-exported: the op layer reaches the Triton side through this module only
 from pyg_fast.triton.launcher import KernelCall, Launcher, Role, native_kernel, native_launch_allowed  # noqa: F401
-from pyg_fast.triton.segment_matmul_config import (
+from pyg_fast.tuning.segment_matmul import (
     ATOMIC_MIN_ITEMS,
     TUNER,
     Routing,

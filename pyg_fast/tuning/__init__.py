@@ -1,4 +1,5 @@
-"""Launch decisions of the CUDA segment kernels (segment_reduce, index_segment_reduce / SpMM).
+"""Launch decisions: here those of the CUDA segment kernels (segment_reduce, index_segment_reduce /
+SpMM); the Triton segmented matmul's in ``segment_matmul``, graph reordering's in ``reorder``.
 
 A launch is a config ``[schedule, lanes, vector width, threads per block, rows per chunk or
 group]`` (see ``pyg_fast/csrc/cuda/segment_launch.cuh``) and, for the graph-aware schedules, a

@@ -9,7 +9,7 @@ import torch
 import pyg_fast
 from pyg_fast.ops.segment_matmul import gather_segment_matmul, segment_matmul
 from pyg_fast.testing import DEVICES, DTYPES, assert_close
-from pyg_fast.triton import segment_matmul_config as config
+from pyg_fast.tuning import segment_matmul as config
 
 # name -> segment sizes
 SIZES = {
