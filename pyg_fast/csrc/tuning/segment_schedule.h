@@ -16,7 +16,7 @@ enum class Schedule : int64_t { Row = 0, Chunk = 1, RowParallel = 2, Groups = 3,
 constexpr int kNumSchedules = 6;
 const char* schedule_name(Schedule s);
 
-// Output vectors per thread of the balanced schedule (kernels/segment_reduce.cuh reads it).
+// Output vectors per thread of the balanced schedule (kernels/segment_balanced.cuh reads it).
 constexpr int kBalancedTile = 2;
 
 // Skew (longest / mean segment) assumed where the longest segment is unknown: a graph seen for the
