@@ -82,3 +82,25 @@ def test_compile_fullgraph():
 
     out = torch.compile(fn, fullgraph=True, backend="aot_eager")(a, b)
     assert_close(out, fn(a, b), torch.float32)
+
+
+def test_deterministic_mode_groups_narrow_rows(monkeypatch):
+    """Under torch.use_deterministic_algorithms the backward's sums of narrow rows take the
+    grouped route (no atomics) on an index's first use too, with the reference's gradients."""
+    from pyg_fast.ops import _layout
+    grouped = []
+    coo_layout = _layout.coo_layout
+    monkeypatch.setattr(_layout, "coo_layout", lambda *args, **kwargs: grouped.append(1) or coo_layout(*args, **kwargs))
+    a, b = random_operands(20, 15, (3,), torch.float32, "cpu", "add")
+    a_index, b_index = torch.randint(0, 20, (100,)), torch.randint(0, 15, (100,))
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        sddmm(a, b, a_index, b_index, "add").sum().backward()
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    assert len(grouped) == 2
+    assert_close(a.grad, torch.zeros(20, 3, dtype=torch.float64).index_add_(0, a_index, torch.ones(100, 3,
+                 dtype=torch.float64)), torch.float32)
+    assert_close(b.grad, torch.zeros(15, 3, dtype=torch.float64).index_add_(0, b_index, torch.ones(100, 3,
+                 dtype=torch.float64)), torch.float32)
