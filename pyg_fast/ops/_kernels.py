@@ -90,10 +90,9 @@ def scatter_sum(values: Tensor, index: Tensor, num_rows: int) -> Tensor:
     row = math.prod(values.shape[1:])
     if not _layout.eager(values, index):
         return values.new_zeros((num_rows,) + values.shape[1:]).index_add_(0, index, values)
-    uses = _layout.cached(index, ("scatter_uses", num_rows), lambda: [0])
-    uses[0] += 1
     # scatter_add's CUDA atomics sum in no fixed order: deterministic mode takes the grouping
-    if row <= SCATTER_ADD_MAX_ROW and uses[0] == 1 and not torch.are_deterministic_algorithms_enabled():
+    if (row <= SCATTER_ADD_MAX_ROW and _layout.first_use(index, ("scatter_sum", num_rows))
+            and not torch.are_deterministic_algorithms_enabled()):
         flat = values.reshape(values.size(0), row)
         out = flat.new_zeros(num_rows, row).scatter_add_(0, index.unsqueeze(1).expand(-1, row), flat)
         return out.view((num_rows,) + values.shape[1:])

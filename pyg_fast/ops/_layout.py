@@ -70,6 +70,15 @@ def cached(tensor: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
 _MISSING = object()
 
 
+def first_use(tensor: Tensor, key: Tuple) -> bool:
+    """Whether this is the first call with ``key`` for ``tensor`` (counted with it in eager mode):
+    per-graph work that pays off over several uses is skipped for a graph used once, as the
+    layers of a sampled mini-batch use theirs."""
+    uses = cached(tensor, ("uses",) + key, lambda: [0])
+    uses[0] += 1
+    return uses[0] == 1
+
+
 def storage_owner(tensor: Tensor) -> Tensor:
     """The tensor whose storage ``tensor`` views (itself if it is not a view)."""
     return tensor if tensor._base is None else tensor._base

@@ -143,11 +143,10 @@ def segment_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool = Fa
     memo = _layout.cached(ptr, ("launches",), dict)
     key = (num_rows, values.size(-1), values.element_size(), gather, heads)
     launch = memo.get(key)
-    if launch is None:  # a launch seen once: the layers of a sampled mini-batch (a new graph every
-        memo[key] = AUTO  # step) each reduce once per size, and never pay for statistics (30 ops)
-        return AUTO
-    if launch is not AUTO:
+    if launch is not None:
         return launch
+    if _layout.first_use(ptr, ("launch",) + key):  # statistics cost 30 ops: not for a graph used once
+        return AUTO
     stats = _layout.segment_stats(ptr)
     if stats is None:
         return AUTO
