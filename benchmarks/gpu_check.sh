@@ -21,6 +21,8 @@
 #   PYG_FAST_BENCH_BUDGET=10,40  warm-up and measurement ms per timing (default 25,100)
 #   BENCH_DEVICE=cpu             benchmark another device (a dry run of this script on a CPU machine)
 #   SKIP_BUILD=1                 reuse the extension already built in the tree
+#   INSTALL_CHECK=1              build through README's GPU command in a fresh virtualenv instead
+#                                (install_check.log), then run everything below with that venv
 #   SKIP_TORCH_SCATTER=1         do not build the baselines (torch_scatter, torch_sparse); SKIP_TORCH_SPARSE=1 only torch_sparse
 #   SKIP_TESTS=1 / SKIP_BENCH=1  skip the tests / the benchmarks
 #   PYTEST_ARGS="-q -x"          pytest options; TESTS=tests the test paths
@@ -102,6 +104,24 @@ for spec in torch_scatter:FORCE_ONLY_CUDA torch_sparse:FORCE_ONLY_CPU; do
     build_baseline "$name" "${spec##*:}" && log "$name built" || { tail -20 "$OUT/build_$name.log"; log "$name build FAILED"; }
   fi
 done
+
+if [ "${INSTALL_CHECK:-0}" = 1 ]; then
+  # README's GPU command in a fresh virtualenv. The device reaches no package index, so the venv
+  # sees the machine's torch and PyG (--system-site-packages) and pip installs pyg_fast alone;
+  # the editable install builds the extension in the tree, which the steps below then use.
+  log "install check: fresh virtualenv, FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 pip install --no-build-isolation -e ."
+  rm -rf /tmp/pyg_fast_venv && $PY -m venv --system-site-packages /tmp/pyg_fast_venv
+  install_start=$SECONDS
+  if ! MAX_JOBS=16 /tmp/pyg_fast_venv/bin/pip install --no-build-isolation --no-deps --no-index -e . >"$OUT/install_check.log" 2>&1; then
+    tail -40 "$OUT/install_check.log"
+    log "install check FAILED; stopping"
+    exit 1
+  fi
+  log "install check: pip install took $((SECONDS - install_start)) s"
+  (cd /tmp && /tmp/pyg_fast_venv/bin/python -m pyg_fast) || { log "install check: python -m pyg_fast FAILED"; exit 1; }
+  PY=/tmp/pyg_fast_venv/bin/python
+  SKIP_BUILD=1
+fi
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   log "building pyg_fast (sm_90)"
