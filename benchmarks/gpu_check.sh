@@ -107,10 +107,13 @@ done
 
 if [ "${INSTALL_CHECK:-0}" = 1 ]; then
   # README's GPU command in a fresh virtualenv. The device reaches no package index, so the venv
-  # sees the machine's torch and PyG (--system-site-packages) and pip installs pyg_fast alone;
-  # the editable install builds the extension in the tree, which the steps below then use.
+  # sees the machine's torch and PyG (a .pth naming their site-packages, which is itself a venv on
+  # the device) and pip installs pyg_fast alone; the editable install builds the extension in the
+  # tree, which the steps below then use.
   log "install check: fresh virtualenv, FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 pip install --no-build-isolation -e ."
-  rm -rf /tmp/pyg_fast_venv && $PY -m venv --system-site-packages /tmp/pyg_fast_venv
+  rm -rf /tmp/pyg_fast_venv && $PY -m venv /tmp/pyg_fast_venv
+  $PY -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" \
+    >"$(/tmp/pyg_fast_venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/machine_packages.pth"
   install_start=$SECONDS
   if ! MAX_JOBS=16 /tmp/pyg_fast_venv/bin/pip install --no-build-isolation --no-deps --no-index -e . >"$OUT/install_check.log" 2>&1; then
     tail -40 "$OUT/install_check.log"
