@@ -204,6 +204,44 @@ def test_compiled_layer_groups_a_reused_graph_once(device, kind, monkeypatch):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("cached", [False, True])
+def test_compiled_gcn_normalises_a_reused_graph_once(device, cached, monkeypatch):
+    """Compiled GCN layers keep the normalised graph of the caller's edge_index from step to step
+    (layers sharing it normalise it once), normalise a new graph and one changed in place again,
+    and match PyG's outputs and gradients."""
+    from pyg_fast.nn import _graph
+    calls = []
+    normalize = _graph.gcn_normalized
+    monkeypatch.setattr(_graph, "gcn_normalized", lambda *a: calls.append(1) or normalize(*a))
+    torch.manual_seed(0)
+    ref = torch.nn.ModuleList([pyg_nn.GCNConv(16, 16, cached=cached), pyg_nn.GCNConv(16, 16, cached=cached)]).to(device)
+    fast = pyg_fast.nn.convert(copy.deepcopy(ref))
+    torch._dynamo.reset()
+    compiled = [torch.compile(layer, fullgraph=True, dynamic=True) for layer in fast]
+    x = torch.randn(57, 16, device=device)
+    edge_index = random_graph(57, 500, device)
+
+    def step(ei, ei_ref=None):
+        x_fast, x_ref = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out = compiled[1](compiled[0](x_fast, ei).relu(), ei)
+        expected = ref[1](ref[0](x_ref, ei_ref if ei_ref is not None else ei).relu(), ei_ref if ei_ref is not None else ei)
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+        out.square().sum().backward()
+        expected.square().sum().backward()
+        torch.testing.assert_close(x_fast.grad, x_ref.grad, rtol=1e-4, atol=1e-5)
+        return len(calls)
+
+    first = step(edge_index)
+    assert first == 1
+    assert step(edge_index) == 1 and step(edge_index) == 1
+    if cached:  # cached layers keep their first graph, as PyG's do
+        return
+    assert step(random_graph(57, 400, device)) == 2
+    edge_index[0, :5] = edge_index[0, 5:10].clone()  # changed in place: normalised again
+    assert step(edge_index) == 3
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_compiled_op_on_a_slice_of_an_input_sees_in_place_changes(device):
     """A slice of a compiled function's input reaches the op as a view with its own version
     counter: nothing is kept for it, so an in-place change of the input is seen."""

@@ -148,6 +148,43 @@ def with_self_loops(edge_index: Tensor, num_nodes: int) -> Tensor:
     return torch.cat([edge_index, loops.expand(2, -1)], dim=1)
 
 
+@torch.library.custom_op("pyg_fast::gcn_normalized", mutates_args=())
+def _gcn_normalized_op(edge_index: Tensor, num_nodes: int, improved: bool, add_self_loops: bool, flow: str,
+                       dtype: torch.dtype, with_perm: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``gcn_normalized`` of an unweighted ``edge_index`` as (src, ptr, perm (empty unless
+    ``with_perm``; ``arange`` for a sorted input), weight), where a graph is recorded: the
+    normalisation depends on the graph alone, so it is memoised with ``edge_index`` as the
+    grouping is (``_layout.memoised``). Recomputed every step, it cost the compiled 3-layer GCN
+    step on reddit2_like (23 M edges) three fused normalisations of 0.5-0.8 ms each (H200)."""
+    def compute():
+        graph, weight = gcn_normalized(edge_index, None, num_nodes, improved, add_self_loops, flow, dtype)
+        perm = edge_index.new_empty(0) if not with_perm else (
+            torch.arange(graph.src.numel(), device=edge_index.device) if graph.perm is None else graph.perm)
+        return graph.src, graph.ptr, perm, weight
+
+    if not _layout.eager(edge_index):
+        return compute()
+    return _layout.memoised(edge_index, ("gcn_normalized", num_nodes, improved, add_self_loops, flow, dtype,
+                                         with_perm), compute)
+
+
+@_gcn_normalized_op.register_fake
+def _(edge_index, num_nodes, improved, add_self_loops, flow, dtype, with_perm):
+    E = edge_index.size(1) + (num_nodes if add_self_loops else 0)
+    return (edge_index.new_empty(E, dtype=torch.long), edge_index.new_empty(num_nodes + 1, dtype=torch.long),
+            edge_index.new_empty(E if with_perm else 0, dtype=torch.long),
+            torch.empty((E, 1), dtype=dtype, device=edge_index.device))
+
+
+def recorded_gcn_normalized(edge_index: Tensor, num_nodes: int, improved: bool, add_self_loops: bool, flow: str,
+                            dtype: torch.dtype, with_perm: bool) -> Tuple[Graph, Tensor]:
+    """``gcn_normalized`` of an unweighted graph where it is recorded (compile, trace): one op
+    whose result is kept with ``edge_index`` from step to step."""
+    src, ptr, perm, weight = _gcn_normalized_op(edge_index, num_nodes, improved, add_self_loops, flow, dtype,
+                                                with_perm)
+    return Graph(src, ptr, perm if with_perm else None), weight
+
+
 def gcn_normalized(edge_index: Tensor, edge_weight: Optional[Tensor], num_nodes: int, improved: bool,
                    add_self_loops: bool, flow: str, dtype: torch.dtype) -> Tuple[Graph, Tensor]:
     """PyG's ``gcn_norm`` without a host synchronisation: (the graph grouped by target, with the

@@ -69,6 +69,9 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
                                          self.flow, dtype)
         key = ("gcn_norm", num_nodes, self.improved, self.add_self_loops, self.flow, dtype)
         if edge_weight is None:
+            if not _layout.eager(edge_index):
+                return _graph.recorded_gcn_normalized(edge_index, num_nodes, self.improved, self.add_self_loops,
+                                                      self.flow, dtype, self.cached)
             return _layout.cached(edge_index, key, compute)
         if edge_weight.requires_grad and torch.is_grad_enabled():  # a fresh graph of the autograd tape
             return compute()

@@ -147,8 +147,7 @@ def _csr_layout(index: Tensor, num_segments: int, is_sorted: bool, src: Optional
     if owner is not None and eager(owner):
         key = _memo_key(owner, index, num_segments, is_sorted, src, src_bound, names)
         if key is not None:
-            found = cached(owner, key, lambda: _prepare(index, num_segments, is_sorted, src, src_bound, names))
-            return _issue(found, owner, key)
+            return memoised(owner, key, lambda: _prepare(index, num_segments, is_sorted, src, src_bound, names))
     return _prepare(index, num_segments, is_sorted, src, src_bound, names)
 
 
@@ -353,6 +352,12 @@ def _issue(values: Sequence[Tensor], owner: Tensor, key: Tuple) -> Tuple[Tensor,
     return copies
 
 
+def memoised(owner: Tensor, key: Tuple, compute: Callable[[], Sequence[Tensor]]) -> Tuple[Tensor, ...]:
+    """For an op body that runs where a graph is recorded: ``compute()`` memoised with ``owner``
+    under ``key``, handed out as issued copies (see ``_issue``)."""
+    return _issue(cached(owner, key, compute), owner, key)
+
+
 def _origin(tensors: Sequence[Tensor]) -> Optional[Tuple[Tensor, Tuple]]:
     """(owner, key) where every tensor is an unchanged copy issued from one owner's memo, else None."""
     owner, parts = None, []
@@ -397,8 +402,7 @@ def _derived_layout(kind: str, layout: List[Tensor], sizes: List[int]) -> List[T
     if origin is None:
         return _DERIVED[kind](*layout, *sizes)
     owner, key = origin
-    key = ("derived", kind, tuple(sizes), key)
-    return list(_issue(cached(owner, key, lambda: _DERIVED[kind](*layout, *sizes)), owner, key))
+    return list(memoised(owner, ("derived", kind, tuple(sizes), key), lambda: _DERIVED[kind](*layout, *sizes)))
 
 
 @_derived_layout.register_fake
