@@ -6,8 +6,9 @@ sort; ``segment_*`` get the sorted index they require).
 
 Case keys: api, graph, F, dtype. Methods: ``pyg_fast`` (the stand-in) and ``torch_scatter``.
 The reference is torch_scatter's result on float64 values (integers: on the same values); an
-arg-extremum output must equal torch_scatter's exactly (random values have no ties). Runs only
-where torch_scatter is importable.
+arg-extremum output is checked to point, in every column, at a row of its segment that holds the
+extremum (torch_scatter breaks ties in no fixed order), and the timings are of the whole call.
+Runs only where torch_scatter is importable.
 """
 from typing import Callable, Dict, Tuple
 
@@ -44,6 +45,19 @@ def _values(api: str, num_edges: int, num_features: int, dtype: torch.dtype, dev
     return torch.randn(num_edges, num_features, device=device, dtype=dtype)
 
 
+def _valid_arg(arg: Tensor, values: Tensor, src: Tensor, segment: Tensor) -> bool:
+    """Whether every arg is torch_scatter's ``src.size(0)`` for an empty segment, and else a row of
+    its segment holding the extremum."""
+    E = src.size(0)
+    empty = torch.zeros(values.size(0), dtype=torch.bool, device=src.device)
+    empty[segment] = True
+    empty = ~empty.unsqueeze(1).expand_as(arg)
+    rows = arg.clamp(max=E - 1)
+    held = (src.gather(0, rows).to(values.dtype) == values) & (segment[rows] == torch.arange(
+        values.size(0), device=src.device).unsqueeze(1))
+    return bool(torch.where(empty, arg == E, held & (arg < E)).all())
+
+
 def _call(module, name: str, kind: str, src: Tensor, indices: Dict[str, Tensor], num_nodes: int):
     fn = getattr(module, name)
     if kind == "ptr":
@@ -71,12 +85,14 @@ def bench_graph(rec, device, graph: str, modules, budget: Tuple[float, float]) -
                               indices, num_nodes)
             methods: Dict[str, Callable] = {method: (lambda m=module: _call(m, name, kind, src, indices, num_nodes))
                                             for method, module in modules.items()}
-            if isinstance(reference, tuple):  # (values, arg): the arg must match exactly
+            if isinstance(reference, tuple):  # (values, arg): ties make any arg of the extremum right
+                segment = indices["sorted"] if kind != "index" else index
                 for method in list(methods):
-                    arg = methods[method]()[1]
-                    if not torch.equal(arg, reference[1]):
-                        rec.add(SUITE, case, method, None, error="arg-extremum differs from torch_scatter's")
+                    if not _valid_arg(methods[method]()[1], reference[0], src, segment):
+                        rec.add(SUITE, case, method, None, error="an arg-extremum that is not one")
                         del methods[method]
+                reference = reference[0]
+                methods = {method: (lambda fn=fn: fn()[0]) for method, fn in methods.items()}
             bench_methods(rec, SUITE, case, methods, reference, device,
                           REL_TOL[dtype] if dtype.is_floating_point else 0.0, budget)
             del src, reference, methods
