@@ -65,10 +65,21 @@ def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optiona
         perm = layout.perm
     w2 = None
     if weight is not None:
-        w2 = weight_as(weight, x.dtype)
-        w2 = w2 if perm is None else gather_rows(w2, perm)
+        w2 = _in_order(weight, x.dtype, perm)
     out = reduce_csr(x2, src, layout.ptr, w2, reduce)
     return out if x.dim() == 2 else out.view((dim_size,) + tuple(x.shape[1:]))
+
+
+def _in_order(weight: Tensor, dtype: torch.dtype, perm: Optional[Tensor]) -> Tensor:
+    """``weight`` as [E, H] in ``dtype``, in destination order; kept with the grouping for a
+    weight reused without a gradient (a fixed SpMM: gathering 23 M weights added 0.09 ms to a
+    0.21 ms call, H200)."""
+    if perm is None:
+        return weight_as(weight, dtype)
+    if weight.requires_grad and torch.is_grad_enabled():
+        return gather_rows(weight_as(weight, dtype), perm)
+    return _layout.cached_with(perm, weight, ("weight_in_order", dtype),
+                               lambda: gather_rows(weight_as(weight, dtype), perm))
 
 
 def _gathered(dst_index: Tensor, dim_size: int, src_index: Tensor, x: Tensor, is_sorted: Optional[bool]):

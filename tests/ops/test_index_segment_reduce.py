@@ -306,17 +306,20 @@ def test_gather_rows_is_index_select(device, dtype, width):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_unsorted_sources_follow_in_place_changes(device):
-    """The sources put in destination order are cached with the graph: changing src_index (or the
-    destinations) in place between calls must give the new graph's result."""
+    """The sources and weights put in destination order are kept with the graph: changing
+    src_index, the destinations or the weight in place between calls must give the new result."""
     src = torch.randint(0, 40, (300,), device=device)
     dst = torch.randint(0, 30, (300,), device=device)  # unsorted
     x = torch.randn(40, 8, dtype=torch.float64, device=device)
     w = torch.rand(300, dtype=torch.float64, device=device)
-    for _ in range(2):
+    for _ in range(3):
         got = pyg_fast.index_weight_segment_reduce(x, src, dst, w, 30, "sum")
         assert_close(got, reference(x, src, dst, w, 30, "sum"), torch.float64)
         src.copy_(torch.randint(0, 40, (300,), device=device))
         dst[:5] = torch.tensor([29, 0, 3, 3, 7], device=device)
+        got = pyg_fast.index_weight_segment_reduce(x, src, dst, w, 30, "sum")
+        assert_close(got, reference(x, src, dst, w, 30, "sum"), torch.float64)
+        w.mul_(torch.rand(300, dtype=torch.float64, device=device))
 
 
 @pytest.mark.parametrize("device", DEVICES)
