@@ -43,6 +43,16 @@ def extension():
     return CppExtension("pyg_fast._C", sources, extra_compile_args={"cxx": cxx}, **kwargs)
 
 
+class BuildExt(BuildExtension.with_options(use_ninja=True)):
+    """torch's ninja build, in a fixed folder of the checkout: pip builds in a new temporary folder
+    every time, so a second `pip install -e .` (README's test command after its main one) compiled
+    every file again (2 min 18 s on 2 cores); ninja now recompiles only what changed."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        self.build_temp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "build", "ninja")
+
+
 setup(
     name="pyg_fast",
     version="0.1.0",
@@ -57,6 +67,6 @@ setup(
     extras_require={"test": ["pytest", "pytest-xdist", "triton", "scipy"],
                     "bench": ["triton", "scipy", "pandas", "rdflib"]},
     ext_modules=[extension()],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": BuildExt},
     zip_safe=False,
 )
