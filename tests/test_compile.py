@@ -242,6 +242,36 @@ def test_compiled_gcn_normalises_a_reused_graph_once(device, cached, monkeypatch
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_compiled_sage_copies_no_permutation(device, monkeypatch):
+    """A compiled layer that never reads the edge permutation gets none copied out of the memo,
+    forward (the grouping) or backward (the grouping by source), and still matches PyG."""
+    from pyg_fast.ops import _layout
+    issued = []
+    issue = _layout._issue
+    monkeypatch.setattr(_layout, "_issue", lambda values, owner, key, skip=(): issued.append(
+        (key[0], [v.numel() for v in issue(values, owner, key, skip)])) or issue(values, owner, key, skip))
+    torch.manual_seed(0)
+    ref = make_layer("sage").to(device)
+    fast = pyg_fast.nn.convert(copy.deepcopy(ref))
+    torch._dynamo.reset()
+    compiled = torch.compile(fast, fullgraph=True, dynamic=True)
+    edge_index = random_graph(57, 500, device)
+    for _ in range(2):
+        x, x_ref = (torch.randn(57, 16, device=device).requires_grad_() for _ in range(2))
+        with torch.no_grad():
+            x_ref.copy_(x)
+        out, expected = compiled(x, edge_index), ref(x_ref, edge_index)
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+        out.square().sum().backward()
+        expected.square().sum().backward()
+        torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-5)
+    grouping = [sizes for kind, sizes in issued if kind == "csr_layout"]
+    by_source = [sizes for kind, sizes in issued if kind == "derived"]
+    assert grouping and all(sizes[1] == 0 and sizes[2] == 500 for sizes in grouping)  # (ptr, perm, src)
+    assert by_source and all(sizes[0] == 0 and sizes[2] == 500 for sizes in by_source)  # (perm, ptr, dst)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_compiled_op_on_a_slice_of_an_input_sees_in_place_changes(device):
     """A slice of a compiled function's input reaches the op as a view with its own version
     counter: nothing is kept for it, so an in-place change of the input is seen."""
@@ -264,9 +294,9 @@ def test_derived_layouts_follow_the_copies_they_come_from(monkeypatch):
     edge_index = torch.tensor([[0, 1, 2, 3], [1, 0, 1, 2]])
     ptr, _, _ = _layout._csr_layout(edge_index[1], 3, False, edge_index[0], None, "a|b|c|d", edge_index)
     assert ptr.tolist() == [0, 1, 3, 4]
-    first = _layout._derived_layout("destinations", [ptr], [4])[0]
-    again = _layout._derived_layout("destinations", [ptr], [4])[0]
+    first = _layout._derived_layout("destinations", [ptr], [4], [])[0]
+    again = _layout._derived_layout("destinations", [ptr], [4], [])[0]
     assert first.tolist() == again.tolist() == [0, 1, 1, 2] and len(calls) == 1
     assert again.data_ptr() != first.data_ptr()
     ptr[1] = 2
-    assert _layout._derived_layout("destinations", [ptr], [4])[0].tolist() == [0, 0, 1, 2] and len(calls) == 2
+    assert _layout._derived_layout("destinations", [ptr], [4], [])[0].tolist() == [0, 0, 1, 2] and len(calls) == 2

@@ -49,7 +49,8 @@ class FusedLayer(DropIn):
     def _aggregate_neighbours(self, x_src: Tensor, x_dst: Optional[Tensor], edges, size) -> Tensor:
         """reduce over j -> i of w_ji * x_j, on the by-destination layout cached with the edges."""
         num_src, num_dst = _graph.num_nodes(x_src, x_dst, edges.sizes, size)
-        graph = _graph.by_destination(edges.edge_index, num_src, num_dst, self.flow, edges.sorted_by_destination)
+        graph = _graph.by_destination(edges.edge_index, num_src, num_dst, self.flow, edges.sorted_by_destination,
+                                      with_perm=edges.value is not None)
         weight = _graph.in_edge_order(edges.value, graph)
         return reduce_csr(x_src, graph.src, graph.ptr, None if weight is None else weight_as(weight, x_src.dtype),
                           self._reduce())

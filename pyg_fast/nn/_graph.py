@@ -75,18 +75,22 @@ def _endpoints(flow: str) -> Tuple[int, int]:
 
 
 def by_destination(edge_index: Tensor, num_src: int, num_dst: int, flow: str,
-                   is_sorted: Optional[bool] = None) -> Graph:
-    """The destination-grouped layout of ``edge_index`` (validated, cached with the tensor)."""
+                   is_sorted: Optional[bool] = None, with_perm: bool = True) -> Graph:
+    """The destination-grouped layout of ``edge_index`` (validated, cached with the tensor). A
+    caller that never reads ``perm`` passes ``with_perm=False``: where the graph is recorded it
+    then comes empty rather than copied (``pyg_fast::csr_layout``)."""
     return _layout.cached(edge_index, ("by_destination", num_src, num_dst, flow, is_sorted),
-                          lambda: _grouped(edge_index, num_src, num_dst, flow, is_sorted))
+                          lambda: _grouped(edge_index, num_src, num_dst, flow, is_sorted, with_perm))
 
 
-def _grouped(edge_index: Tensor, num_src: int, num_dst: int, flow: str, is_sorted: Optional[bool]) -> Graph:
+def _grouped(edge_index: Tensor, num_src: int, num_dst: int, flow: str, is_sorted: Optional[bool],
+             with_perm: bool = True) -> Graph:
     """``by_destination`` without the cache."""
     j, i = _endpoints(flow)
     names = f"edge_index[{i}]|the number of target nodes|edge_index[{j}]|the number of source nodes"
     ptr, perm, src = _layout.grouped_edges(edge_index[i], num_dst, edge_index[j],
-                                           _layout.rows_of(num_src, edge_index.device), names, is_sorted, edge_index)
+                                           _layout.rows_of(num_src, edge_index.device), names, is_sorted, edge_index,
+                                           with_perm)
     return Graph(src, ptr, perm)
 
 

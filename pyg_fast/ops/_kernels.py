@@ -172,7 +172,7 @@ def _gather_backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
     if ctx.reduce == "mean":  # divided, as PyG's mean backward does: the same rounding
         grad_out = grad_out / _layout.segment_sizes(ptr, grad_out.dtype)
     if need_x:
-        t = _layout.transposed_layout(src_index, ptr, N)
+        t = _layout.transposed_layout(src_index, ptr, N, with_perm=weight is not None)
         w_t = None if weight is None else gather_rows(weight, t.perm)
         grad_x = reduce_csr(grad_out, t.dst_index, t.ptr, w_t, "sum")
     if need_w:

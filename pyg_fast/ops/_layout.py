@@ -133,32 +133,35 @@ def _range_message(name: str, size, size_name: str) -> _deferred.Message:
 # argument of a dispatcher call is recorded as a constant by torch.jit.trace, a tensor is not.
 @torch.library.custom_op("pyg_fast::csr_layout", mutates_args=())
 def _csr_layout(index: Tensor, num_segments: int, is_sorted: bool, src: Optional[Tensor], src_bound: Optional[Tensor],
-                names: str, owner: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
-    """(ptr [num_segments + 1], perm [E] (empty where ``is_sorted``), src[perm] [E] (empty without
-    ``src``)): the rows of ``index`` grouped by value with a stable sort, validated (``src``
-    against [0, src_bound.size(0)) where ``src_bound`` is given). ``names``: 'index name|size
-    name|src name|src size name' for the messages.
+                names: str, owner: Optional[Tensor] = None, with_perm: bool = True) -> Tuple[Tensor, Tensor, Tensor]:
+    """(ptr [num_segments + 1], perm [E] (empty where ``is_sorted`` or not ``with_perm``), src[perm]
+    [E] (empty without ``src``)): the rows of ``index`` grouped by value with a stable sort,
+    validated (``src`` against [0, src_bound.size(0)) where ``src_bound`` is given). ``names``:
+    'index name|size name|src name|src size name' for the messages. A caller that never reads
+    the permutation says so (``with_perm=False``): where a graph is recorded every output is a
+    copy, and the permutation of 23 M edges is 184 MB.
 
     ``owner`` (given where the call is recorded by torch.compile or torch.jit.trace): the caller's
     tensor that ``index`` and ``src`` view, its edge_index. When the recorded graph runs, the
     result is memoised with it (a graph reused step after step is grouped once) and copies are
     returned: copying a 1 M-edge layout costs about 10 us of device time, grouping it again
     200-350 us of host time on an H100 host."""
+    skip = () if with_perm else (1,)
     if owner is not None and eager(owner):
         key = _memo_key(owner, index, num_segments, is_sorted, src, src_bound, names)
         if key is not None:
-            return memoised(owner, key, lambda: _prepare(index, num_segments, is_sorted, src, src_bound, names))
-    return _prepare(index, num_segments, is_sorted, src, src_bound, names)
+            return memoised(owner, key, lambda: _prepare(index, num_segments, is_sorted, src, src_bound, names), skip)
+    return _without(_prepare(index, num_segments, is_sorted, src, src_bound, names), skip)
 
 
 def csr_layout(index: Tensor, num_segments: int, is_sorted: bool, src: Optional[Tensor], src_bound: Optional[Tensor],
-               names: str, owner: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
+               names: str, owner: Optional[Tensor] = None, with_perm: bool = True) -> Tuple[Tensor, Tensor, Tensor]:
     """``pyg_fast::csr_layout``: the registered op where a graph is recorded, its body directly in
     eager mode (the dispatcher's round trip through Python cost 60 us of a 100 us call on a CPU
-    host)."""
+    host), where the permutation comes whatever ``with_perm`` says (it is cached, not copied)."""
     if eager(index):
         return _prepare(index, num_segments, is_sorted, src, src_bound, names)
-    return _csr_layout(index, num_segments, is_sorted, src, src_bound, names, owner)
+    return _csr_layout(index, num_segments, is_sorted, src, src_bound, names, owner, with_perm)
 
 
 def _memo_key(owner: Tensor, index: Tensor, num_segments: int, is_sorted: bool, src: Optional[Tensor],
@@ -208,9 +211,9 @@ def _(src, ptr, perm, num_loops):
 
 
 @_csr_layout.register_fake
-def _(index, num_segments, is_sorted, src, src_bound, names, owner=None):
+def _(index, num_segments, is_sorted, src, src_bound, names, owner=None, with_perm=True):
     E = index.numel()
-    return (index.new_empty(num_segments + 1), index.new_empty(0 if is_sorted else E),
+    return (index.new_empty(num_segments + 1), index.new_empty(0 if is_sorted or not with_perm else E),
             index.new_empty(0 if src is None else E))
 
 
@@ -280,17 +283,18 @@ def coo_layout(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None, n
 
 
 def grouped_edges(dst: Tensor, num_dst: int, src: Tensor, src_bound: Tensor, names: str,
-                  is_sorted: Optional[bool] = None, owner: Optional[Tensor] = None
+                  is_sorted: Optional[bool] = None, owner: Optional[Tensor] = None, with_perm: bool = True
                   ) -> Tuple[Tensor, Optional[Tensor], Tensor]:
     """(ptr, perm or None, src in destination order) of edges src -> dst, validated (sources
     against [0, src_bound.size(0))): the layout of a gather-reduce. Not cached (the callers cache
-    what they build from it). ``names`` and ``owner`` (the tensor ``dst`` and ``src`` view, kept
-    only where recorded) as for ``pyg_fast::csr_layout``."""
+    what they build from it). ``names``, ``owner`` (the tensor ``dst`` and ``src`` view, kept
+    only where recorded) and ``with_perm`` (False: perm may come empty) as for
+    ``pyg_fast::csr_layout``."""
     dst, src = as_long(dst), as_long(src)
     known_sorted = bool(is_sorted)
     if is_sorted is None and readable(dst) and dst.numel() > 1:
         known_sorted = not bool((dst[1:] < dst[:-1]).any())
-    ptr, perm, src_sorted = csr_layout(dst, num_dst, known_sorted, src, src_bound.detach(), names, owner)
+    ptr, perm, src_sorted = csr_layout(dst, num_dst, known_sorted, src, src_bound.detach(), names, owner, with_perm)
     return ptr, None if known_sorted else perm, src_sorted
 
 
@@ -341,21 +345,31 @@ def segments(index: Optional[Tensor], ptr: Optional[Tensor], rows: Tensor, dim: 
 _ISSUED: Dict[int, Tuple[weakref.ref, weakref.ref, Tuple, int]] = {}
 
 
-def _issue(values: Sequence[Tensor], owner: Tensor, key: Tuple) -> Tuple[Tensor, ...]:
+def _issue(values: Sequence[Tensor], owner: Tensor, key: Tuple, skip: Sequence[int] = ()) -> Tuple[Tensor, ...]:
     """Copies of the memoised ``values`` of ``owner`` under ``key`` (an op's outputs must not be
-    shared between calls), registered so that layouts derived from them are memoised too."""
-    copies = tuple(value.clone() for value in values)
+    shared between calls), registered so that layouts derived from them are memoised too; the
+    positions in ``skip`` come empty."""
+    copies = tuple(value.new_empty(0) if position in skip else value.clone() for position, value in enumerate(values))
     for position, copy in enumerate(copies):
+        if position in skip:
+            continue
         storage = copy.untyped_storage()
         _ISSUED[id(storage)] = (weakref.ref(storage, functools.partial(_drop, id(storage), cache=_ISSUED)),
                                 weakref.ref(owner), (key, owner._version, position), copy._version)
     return copies
 
 
-def memoised(owner: Tensor, key: Tuple, compute: Callable[[], Sequence[Tensor]]) -> Tuple[Tensor, ...]:
+def memoised(owner: Tensor, key: Tuple, compute: Callable[[], Sequence[Tensor]],
+             skip: Sequence[int] = ()) -> Tuple[Tensor, ...]:
     """For an op body that runs where a graph is recorded: ``compute()`` memoised with ``owner``
-    under ``key``, handed out as issued copies (see ``_issue``)."""
-    return _issue(cached(owner, key, compute), owner, key)
+    under ``key``, handed out as issued copies (see ``_issue``) but for the positions in ``skip``,
+    which come empty."""
+    return _issue(cached(owner, key, compute), owner, key, skip)
+
+
+def _without(values: Sequence[Tensor], skip: Sequence[int]) -> List[Tensor]:
+    """``values`` with the positions in ``skip`` empty."""
+    return [value.new_empty(0) if position in skip else value for position, value in enumerate(values)]
 
 
 def _origin(tensors: Sequence[Tensor]) -> Optional[Tuple[Tensor, Tuple]]:
@@ -394,33 +408,37 @@ _DERIVED = {"destinations": _destinations, "transposed": _transposed, "looped": 
 
 
 @torch.library.custom_op("pyg_fast::derived_layout", mutates_args=())
-def _derived_layout(kind: str, layout: List[Tensor], sizes: List[int]) -> List[Tensor]:
-    """``_DERIVED[kind](*layout, *sizes)``, memoised with the owner of ``layout`` when its tensors
-    are copies issued by a memo (a recorded graph reusing its edge_index). Only recorded calls
-    come here: eager callers cache the result with their tensors."""
+def _derived_layout(kind: str, layout: List[Tensor], sizes: List[int], skip: List[int]) -> List[Tensor]:
+    """``_DERIVED[kind](*layout, *sizes)`` with the outputs at the positions in ``skip`` empty
+    (the caller does not read them), memoised with the owner of ``layout`` when its tensors are
+    copies issued by a memo (a recorded graph reusing its edge_index). Only recorded calls come
+    here: eager callers cache the result with their tensors."""
     origin = _origin(layout) if eager(*layout) else None
     if origin is None:
-        return _DERIVED[kind](*layout, *sizes)
+        return _without(_DERIVED[kind](*layout, *sizes), skip)
     owner, key = origin
-    return list(memoised(owner, ("derived", kind, tuple(sizes), key), lambda: _DERIVED[kind](*layout, *sizes)))
+    return list(memoised(owner, ("derived", kind, tuple(sizes), key), lambda: _DERIVED[kind](*layout, *sizes), skip))
 
 
 @_derived_layout.register_fake
-def _(kind, layout, sizes):
+def _(kind, layout, sizes, skip):
     if kind == "destinations":
-        return [layout[0].new_empty(sizes[0])]
-    if kind == "transposed":
+        shapes = [(layout[0], sizes[0])]
+    elif kind == "transposed":
         E = layout[0].numel()
-        return [layout[0].new_empty(E), layout[0].new_empty(sizes[0] + 1), layout[0].new_empty(E)]
-    E = layout[0].numel() + sizes[0]
-    return [layout[0].new_empty(E), torch.empty_like(layout[1]), layout[2].new_empty(E)]
+        shapes = [(layout[0], E), (layout[0], sizes[0] + 1), (layout[0], E)]
+    else:
+        E = layout[0].numel() + sizes[0]
+        shapes = [(layout[0], E), (layout[1], layout[1].numel()), (layout[2], E)]
+    return [like.new_empty(0 if position in skip else n) for position, (like, n) in enumerate(shapes)]
 
 
-def _derive(kind: str, layout: List[Tensor], sizes: List[int]) -> List[Tensor]:
-    """``_DERIVED[kind]`` in eager mode, the memoising op where recorded."""
+def _derive(kind: str, layout: List[Tensor], sizes: List[int], skip: Sequence[int] = ()) -> List[Tensor]:
+    """``_DERIVED[kind]`` in eager mode (every output: they are cached, not copied), the memoising
+    op where recorded."""
     if eager(*layout):
         return _DERIVED[kind](*layout, *sizes)
-    return _derived_layout(kind, layout, sizes)
+    return _derived_layout(kind, layout, sizes, list(skip))
 
 
 def ptr_to_index(ptr: Tensor, num_rows: int) -> Tensor:
@@ -444,10 +462,11 @@ class TransposedLayout(NamedTuple):
     dst_index: Tensor
 
 
-def transposed_layout(src_index: Tensor, dst_ptr: Tensor, num_src: int) -> TransposedLayout:
-    """Layout for the backward pass of a gather-reduce (cached on ``src_index``)."""
-    return cached_with(src_index, dst_ptr, ("transposed", num_src),
-                       lambda: TransposedLayout(*_derive("transposed", [src_index, dst_ptr], [num_src])))
+def transposed_layout(src_index: Tensor, dst_ptr: Tensor, num_src: int, with_perm: bool = True) -> TransposedLayout:
+    """Layout for the backward pass of a gather-reduce (cached on ``src_index``); ``perm`` may come
+    empty without ``with_perm``."""
+    return cached_with(src_index, dst_ptr, ("transposed", num_src), lambda: TransposedLayout(
+        *_derive("transposed", [src_index, dst_ptr], [num_src], () if with_perm else (0,))))
 
 
 def segment_sizes(ptr: Tensor, dtype: torch.dtype) -> Tensor:
