@@ -1,11 +1,12 @@
-"""The README's Python code runs as written (on small data, on the CPU)."""
+"""The READMEs' Python code runs as written (on small data, on the CPU)."""
 import re
 from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+ROOT = Path(__file__).resolve().parents[1]
+READMES = (ROOT / "README.md", ROOT / "examples" / "README.md")
+BLOCKS = [block for readme in READMES for block in re.findall(r"```python\n(.*?)```", readme.read_text(), flags=re.S)]
 
 
 def test_readme_has_python_examples():
