@@ -70,13 +70,18 @@ def cached(tensor: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
 _MISSING = object()
 
 
-def first_use(tensor: Tensor, key: Tuple) -> bool:
-    """Whether this is the first call with ``key`` for ``tensor`` (counted with it in eager mode):
-    per-graph work that pays off over several uses is skipped for a graph used once, as the
-    layers of a sampled mini-batch use theirs."""
+def use_count(tensor: Tensor, key: Tuple) -> int:
+    """How many calls with ``key`` have seen ``tensor``, this one included (counted with it in
+    eager mode; 1 while tracing): per-graph work that pays off over several uses is skipped for a
+    graph used only a few times, as the layers of a sampled mini-batch use theirs."""
     uses = cached(tensor, ("uses",) + key, lambda: [0])
     uses[0] += 1
-    return uses[0] == 1
+    return uses[0]
+
+
+def first_use(tensor: Tensor, key: Tuple) -> bool:
+    """Whether this is the first call with ``key`` for ``tensor`` (see ``use_count``)."""
+    return use_count(tensor, key) == 1
 
 
 def storage_owner(tensor: Tensor) -> Tensor:
