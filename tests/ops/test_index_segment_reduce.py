@@ -342,3 +342,21 @@ def test_repeated_calls_follow_sources_weights_and_shapes(device, sorted_dst):
                     got = pyg_fast.index_weight_segment_reduce(xs, src, dst, weight, 30, "sum")
                     want = reference(xs, src.long(), dst, weight, 30, "sum")
                     assert_close(got, want, torch.float64)
+
+
+def test_new_weights_replace_the_kept_one():
+    """A weight used without a gradient is kept in destination order with the graph; a new weight
+    every call (70 calls, more than the cache's per-tensor limit of 64) replaces it, so one
+    gathered weight stays alive, and every result is the new weight's."""
+    from pyg_fast.ops import _layout
+    src, dst = torch.randint(0, 40, (300,)), torch.randint(0, 30, (300,))  # unsorted: reordered weights
+    x = torch.randn(40, 8, dtype=torch.float64)
+    for _ in range(70):
+        w = torch.rand(300, dtype=torch.float64)
+        got = pyg_fast.index_weight_segment_reduce(x, src, dst, w, 30, "sum")
+        assert_close(got, reference(x, src, dst, w, 30, "sum"), torch.float64)
+    from pyg_fast.ops.index_segment_reduce import _gathered
+    perm = _gathered(dst, 30, src, x, None)[0].perm  # the grouping the calls above kept
+    entries = _layout._CACHE[id(_layout.storage_owner(perm))][1]
+    kept = [value for key, value in entries.items() if key[0][0] == "weight_in_order"]
+    assert len(kept) == 1 and kept[0][0]() is w
