@@ -21,8 +21,7 @@ from benchmarks.graphs import graph_names, load_graph
 SUITE = "torch_scatter_api"
 FEATURES = (16, 64)
 
-# api: (function name, arguments beyond src; "index", "ptr" or "sorted" names the index it takes,
-# value dtype)
+# api: (function name, the index it takes: "index" (unsorted), "sorted" or "ptr", value dtype)
 APIS = {
     "scatter_max": ("scatter_max", "index", torch.float32),
     "scatter_min": ("scatter_min", "index", torch.float32),
@@ -62,8 +61,6 @@ def _call(module, name: str, kind: str, src: Tensor, indices: Dict[str, Tensor],
     fn = getattr(module, name)
     if kind == "ptr":
         return fn(src, indices["ptr"])
-    if name == "scatter_softmax":
-        return fn(src, indices[kind], dim=0, dim_size=num_nodes)
     if kind == "sorted":
         return fn(src, indices["sorted"], dim_size=num_nodes)
     return fn(src, indices["index"], dim=0, dim_size=num_nodes)

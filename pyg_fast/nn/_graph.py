@@ -183,10 +183,11 @@ def _(edge_index, num_nodes, improved, add_self_loops, flow, dtype, with_perm):
 def recorded_gcn_normalized(edge_index: Tensor, num_nodes: int, improved: bool, add_self_loops: bool, flow: str,
                             dtype: torch.dtype, with_perm: bool) -> Tuple[Graph, Tensor]:
     """``gcn_normalized`` of an unweighted graph where it is recorded (compile, trace): one op
-    whose result is kept with ``edge_index`` from step to step."""
+    whose result is kept with ``edge_index`` from step to step. Without ``with_perm`` the graph's
+    ``perm`` is empty (not None, which would claim the edges sorted)."""
     src, ptr, perm, weight = _gcn_normalized_op(edge_index, num_nodes, improved, add_self_loops, flow, dtype,
                                                 with_perm)
-    return Graph(src, ptr, perm if with_perm else None), weight
+    return Graph(src, ptr, perm), weight
 
 
 def gcn_normalized(edge_index: Tensor, edge_weight: Optional[Tensor], num_nodes: int, improved: bool,
