@@ -8,7 +8,8 @@ alternated. An epoch is a fixed set of sampled batches of the minibatch_train lo
 [25, 10], 1,024 seeds, 602 features, hidden 256, a new edge_index every step), shared out
 between the ranks, each rank sampling its own on its device; ``ms`` is the median epoch time.
 Each record also carries ``scaling_efficiency``: the method's epoch time on one GPU over
-(gpus x its epoch time here). Before timing, one DDP step of each model from the same weights
+(gpus x its epoch time here); pyg_fast's carries ``speedup_over_pyg``, the median over epoch
+pairs of pyg's time over pyg_fast's. Before timing, one DDP step of each model from the same weights
 must give the same gradients.
 """
 import copy
@@ -118,14 +119,26 @@ def run(rec: Recorder, device, quick: bool = False) -> None:
                                          batches=BATCHES, epochs=EPOCHS)
     cfg["device"] = device.type
     counts = (1, 2) if device.type != "cuda" else tuple(g for g in (1, 2, 4, 8) if g <= torch.cuda.device_count())
+    # Each GPU count runs twice, in the order 1, 2, 4, 4, 2, 1: a drift of the host's speed over the
+    # run (these steps are partly host-bound) then weighs on every count alike.
+    order = counts if quick else counts + counts[::-1]
     for graph in selected(QUICK_GRAPHS if quick else GRAPHS):
         cfg["graph"] = graph
-        measured = {g: _spawn(g, cfg) for g in counts}
+        measured = {g: {kind: {"pyg_fast": [], "pyg": []} for kind in MODELS} for g in counts}
+        for g in order:
+            for kind, by_method in _spawn(g, cfg).items():
+                for method, epochs in by_method.items():
+                    measured[g][kind][method] += epochs
         for kind in MODELS:
             for method in ("pyg_fast", "pyg"):
                 one = statistics.median(measured[1][kind][method])
                 for g in counts:
-                    ms = statistics.median(measured[g][kind][method])
+                    epochs = measured[g][kind][method]
+                    ms = statistics.median(epochs)
+                    extra = {}
+                    if method == "pyg_fast":  # over the epoch pairs, which ran back to back
+                        extra["speedup_over_pyg"] = statistics.median(
+                            p / f for p, f in zip(measured[g][kind]["pyg"], epochs))
                     rec.add(SUITE, {"model": kind, "graph": graph, "gpus": g}, method, ms,
                             scaling_efficiency=one / (g * ms), batches_per_epoch=cfg["batches"],
-                            epoch_ms_min=min(measured[g][kind][method]), epoch_ms_max=max(measured[g][kind][method]))
+                            epoch_ms_min=min(epochs), epoch_ms_max=max(epochs), **extra)
