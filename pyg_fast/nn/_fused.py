@@ -1,5 +1,5 @@
 """What the fused layers share: when to leave a call to PyG."""
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -40,11 +40,14 @@ class FusedLayer(DropIn):
         # _modules directly: Module.__getattr__ costs about 0.7 us per access
         return _REDUCES.get(type(self._modules.get("aggr_module")))
 
-    def _fused_edges(self, x_src: Tensor, edge_index):
-        """The unpacked edges when the fused neighbour aggregation applies, else None (PyG's path)."""
+    def _fused_input(self, x, edge_index) -> Optional[Tuple[Tensor, Optional[Tensor], _graph.Edges]]:
+        """``(x_src, x_dst, edges)`` for a tensor or pair ``x`` when the fused neighbour aggregation
+        applies, else None (PyG's path)."""
+        x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
         if x_src.dim() != 2 or self._reduce() is None or self._pyg_path_required():
             return None
-        return _graph.unpack(edge_index, self.flow)
+        edges = _graph.unpack(edge_index, self.flow)
+        return None if edges is None else (x_src, x_dst, edges)
 
     def _aggregate_neighbours(self, x_src: Tensor, x_dst: Optional[Tensor], edges, size) -> Tensor:
         """reduce over j -> i of w_ji * x_j, on the by-destination layout cached with the edges."""

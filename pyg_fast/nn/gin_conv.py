@@ -1,6 +1,6 @@
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
-from torch_geometric.typing import Adj, OptPairTensor, Size
+from torch_geometric.typing import Adj, Size
 
 from pyg_fast.nn._fused import FusedLayer
 from pyg_fast.ops import _layout
@@ -21,13 +21,13 @@ class GINConv(FusedLayer, pyg_nn.GINConv):
     propagate_type = {"x": "OptPairTensor"}
 
     def forward(self, x, edge_index: Adj, size: Size = None) -> Tensor:
-        pair: OptPairTensor = (x, x) if isinstance(x, Tensor) else x
-        edges = self._fused_edges(pair[0], edge_index)
-        if edges is None:
+        fused = self._fused_input(x, edge_index)
+        if fused is None:
             return super().forward(x, edge_index, size)
-        out = self._aggregate_neighbours(pair[0], pair[1], edges, size)
-        if pair[1] is not None:
-            out = out + self._self_term(pair[1])
+        x_src, x_dst, edges = fused
+        out = self._aggregate_neighbours(x_src, x_dst, edges, size)
+        if x_dst is not None:
+            out = out + self._self_term(x_dst)
         return self.nn(out)
 
     def _self_term(self, x: Tensor) -> Tensor:

@@ -1,7 +1,7 @@
 import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
-from torch_geometric.typing import Adj, OptPairTensor, Size
+from torch_geometric.typing import Adj, Size
 
 from pyg_fast.nn._fused import FusedLayer
 
@@ -22,11 +22,10 @@ class SAGEConv(FusedLayer, pyg_nn.SAGEConv):
     propagate_type = {"x": "OptPairTensor"}
 
     def forward(self, x, edge_index: Adj, size: Size = None) -> Tensor:
-        pair: OptPairTensor = (x, x) if isinstance(x, Tensor) else x
-        edges = self._fused_edges(pair[0], edge_index)
-        if edges is None:
+        fused = self._fused_input(x, edge_index)
+        if fused is None:
             return super().forward(x, edge_index, size)
-        x_src, x_dst = pair
+        x_src, x_dst, edges = fused
         if self.project and hasattr(self, "lin"):
             x_src = self.lin(x_src).relu()
         out = self.lin_l(self._aggregate_neighbours(x_src, x_dst, edges, size))

@@ -16,7 +16,7 @@
 
 namespace pyg_fast::cpu {
 
-// Tuning constants of the CPU kernels, measured on arxiv_like (2 cores, float32; benchmarks/NOTES.md).
+// Tuning constants of the CPU kernels, measured on arxiv_like (2 cores, float32).
 // Scalar operations per parallel task, large enough to hide scheduling costs.
 constexpr int64_t kGrainSize = 32768;
 // Rows are cut into this many ranges of equal work per thread, which threads claim one at a time:

@@ -15,10 +15,7 @@ __global__ void segment_spread_backward_kernel(const int64_t* __restrict__ ptr, 
                                                scalar_t* __restrict__ grad_src) {
   const int64_t F = num_features;
   const int64_t tile = static_cast<int64_t>(groups.lanes) * VEC;
-  for (int64_t i = groups.first(); i < batch * num_segments; i += groups.stride()) {
-    const int64_t b = i / num_segments, r = i - b * num_segments;
-    int64_t lo, hi;
-    segment_bounds(ptr, r, num_rows, lo, hi);
+  for_each_segment(groups, ptr, num_segments, batch, num_rows, [&](int64_t b, int64_t r, int64_t lo, int64_t hi) {
     const acc_t inv = R == Reduce::Mean && hi > lo ? acc_t(1) / acc_t(hi - lo) : acc_t(1);
     for (int64_t f0 = static_cast<int64_t>(groups.lane()) * VEC; f0 < F; f0 += tile) {
       const Vec<scalar_t, VEC> g =
@@ -29,7 +26,7 @@ __global__ void segment_spread_backward_kernel(const int64_t* __restrict__ ptr, 
       for (int64_t e = lo; e < hi; ++e)
         *reinterpret_cast<Vec<scalar_t, VEC>*>(grad_src + (b * num_rows + e) * F + f0) = w;
     }
-  }
+  });
 }
 
 // Gradient of max/min w.r.t. every row (message) of a segment, [B, E, F]: grad_out goes to the
@@ -43,10 +40,7 @@ __global__ void segment_extremum_backward_kernel(const int64_t* __restrict__ ptr
                                                  scalar_t* __restrict__ grad_rows) {
   const int64_t F = rows.num_features, E = rows.num_rows;
   const int64_t tile = static_cast<int64_t>(groups.lanes) * VEC;
-  for (int64_t i = groups.first(); i < batch * num_segments; i += groups.stride()) {
-    const int64_t b = i / num_segments, r = i - b * num_segments;
-    int64_t lo, hi;
-    segment_bounds(ptr, r, E, lo, hi);
+  for_each_segment(groups, ptr, num_segments, batch, E, [&](int64_t b, int64_t r, int64_t lo, int64_t hi) {
     for (int64_t f0 = static_cast<int64_t>(groups.lane()) * VEC; f0 < F; f0 += tile) {
       const int64_t o = (b * num_segments + r) * F + f0;
       const Vec<scalar_t, VEC> g = *reinterpret_cast<const Vec<scalar_t, VEC>*>(grad_out + o);
@@ -79,7 +73,7 @@ __global__ void segment_extremum_backward_kernel(const int64_t* __restrict__ ptr
         *reinterpret_cast<Vec<scalar_t, VEC>*>(grad_rows + (b * E + e) * F + f0) = w;
       }
     }
-  }
+  });
 }
 
 }  // namespace pyg_fast::cuda

@@ -93,20 +93,17 @@ __global__ void segment_fixup_kernel(const int64_t* __restrict__ ptr, int64_t nu
                                      Groups groups, const acc_t* __restrict__ carry, scalar_t* __restrict__ out) {
   const int64_t F = num_features;
   const int64_t tile = static_cast<int64_t>(groups.lanes) * VEC;
-  for (int64_t i = groups.first(); i < batch * num_segments; i += groups.stride()) {
-    const int64_t b = i / num_segments, r = i - b * num_segments;
-    int64_t lo, hi;
-    segment_bounds(ptr, r, num_rows, lo, hi);
+  for_each_segment(groups, ptr, num_segments, batch, num_rows, [&](int64_t b, int64_t r, int64_t lo, int64_t hi) {
     const bool empty = hi <= lo;
     const int64_t c0 = empty ? 0 : lo / chunk, c1 = empty ? 0 : min((hi - 1) / chunk, num_chunks - 1);
-    if (!empty && c0 == c1) continue;  // finished by its chunk
+    if (!empty && c0 == c1) return;  // finished by its chunk
     for (int64_t f0 = static_cast<int64_t>(groups.lane()) * VEC; f0 < F; f0 += tile) {
       acc_t acc[VEC];
       init_acc<acc_t, R, VEC>(acc);
       if (!empty) fold_carries<kFixupUnroll, acc_t, R, VEC>(carry, b, num_chunks, F, f0, c0, c1, lo != c0 * chunk, acc);
       store_final<scalar_t, acc_t, R, VEC>(out + (b * num_segments + r) * F + f0, acc, hi - lo);
     }
-  }
+  });
 }
 
 }  // namespace pyg_fast::cuda

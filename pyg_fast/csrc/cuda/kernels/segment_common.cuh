@@ -244,4 +244,17 @@ __device__ __forceinline__ void segment_bounds(const int64_t* __restrict__ ptr, 
   hi = min(max(ptr[r + 1], lo), num_rows);
 }
 
+// Calls body(b, r, lo, hi) for every (batch, segment) pair the calling thread's group owns, one
+// group per pair, with the segment's bounds clamped as above.
+template <typename Body>
+__device__ __forceinline__ void for_each_segment(Groups groups, const int64_t* __restrict__ ptr,
+                                                 int64_t num_segments, int64_t batch, int64_t num_rows, Body&& body) {
+  for (int64_t i = groups.first(); i < batch * num_segments; i += groups.stride()) {
+    const int64_t b = i / num_segments, r = i - b * num_segments;
+    int64_t lo, hi;
+    segment_bounds(ptr, r, num_rows, lo, hi);
+    body(b, r, lo, hi);
+  }
+}
+
 }  // namespace pyg_fast::cuda

@@ -12,17 +12,14 @@ __global__ void segment_rows_kernel(const int64_t* __restrict__ ptr, int64_t num
                                     Groups groups, Rows rows, scalar_t* __restrict__ out) {
   const int64_t F = rows.num_features;
   const int64_t tile = static_cast<int64_t>(groups.lanes) * VEC;
-  for (int64_t i = groups.first(); i < batch * num_segments; i += groups.stride()) {
-    const int64_t b = i / num_segments, r = i - b * num_segments;
-    int64_t lo, hi;
-    segment_bounds(ptr, r, rows.num_rows, lo, hi);
+  for_each_segment(groups, ptr, num_segments, batch, rows.num_rows, [&](int64_t b, int64_t r, int64_t lo, int64_t hi) {
     for (int64_t f0 = static_cast<int64_t>(groups.lane()) * VEC; f0 < F; f0 += tile) {
       acc_t acc[VEC];
       init_acc<acc_t, R, VEC>(acc);
       fold_rows<acc_t, R, VEC>(rows, b, lo, hi, f0, acc);
       store_final<scalar_t, acc_t, R, VEC>(out + (b * num_segments + r) * F + f0, acc, hi - lo);
     }
-  }
+  });
 }
 
 // Row-parallel schedule: out [B, V, F]; one group per (b, r), lanes split the segment's rows.
