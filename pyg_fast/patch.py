@@ -50,8 +50,9 @@ def _call_sites() -> List[Tuple[object, str]]:
 
 
 class PatchHandle:
-    """Undoes :func:`patch`; also a context manager (``with pyg_fast.patch(): ...``).
-    ``sites`` counts the rebound names per function."""
+    """Undoes :func:`patch`; also a context manager (``with pyg_fast.patch(): ...``) that, entered
+    again after ``undo()``, switches the same call sites back on until it exits (a cheap toggle:
+    no search of the loaded modules). ``sites`` counts the rebound names per function."""
 
     def __init__(self, rebound: List[Tuple[object, str]]):
         self.active = True
@@ -66,10 +67,21 @@ class PatchHandle:
             self.active = False
 
     def __enter__(self):
+        if not self.active:
+            _apply(self.rebound)
+            self.active = True
         return self
 
     def __exit__(self, *exc) -> None:
         self.undo()
+
+
+def _apply(rebound: List[Tuple[object, str]]) -> None:
+    if Aggregation.reduce is not _ORIGINAL_REDUCE:
+        raise RuntimeError("pyg_fast.patch() is already active; undo() the existing handle first")
+    Aggregation.reduce = reduce
+    for module, name in rebound:
+        setattr(module, name, _REPLACEMENTS[name][1])
 
 
 def patch() -> PatchHandle:
@@ -77,10 +89,6 @@ def patch() -> PatchHandle:
     ``segment`` through pyg_fast's kernels until the returned handle's ``undo()``; other
     reductions, non-float inputs and traced calls keep PyG's path. Raises if already patched,
     so two handles never fight over the originals."""
-    if Aggregation.reduce is not _ORIGINAL_REDUCE:
-        raise RuntimeError("pyg_fast.patch() is already active; undo() the existing handle first")
-    Aggregation.reduce = reduce
     rebound = _call_sites()
-    for module, name in rebound:
-        setattr(module, name, _REPLACEMENTS[name][1])
+    _apply(rebound)
     return PatchHandle(rebound)

@@ -1,6 +1,8 @@
 """End-to-end suites "e2e_train" and "e2e_infer": 3-layer GCN, GIN, SAGE, GAT (hidden 64,
-GAT 4 heads x 16) built from PyG's layers, run as stock PyG and after pyg_fast.nn.convert,
-in the same process. A train step is forward + cross-entropy + backward + Adam step."""
+GAT 4 heads x 16) built from PyG's layers, run as stock PyG (``pyg``), after
+pyg_fast.nn.convert (``pyg_fast``) and as stock PyG under the global switch ``pyg_fast.patch()``
+(``pyg_patched``, switched on for each of its calls), in the same process. A train step is
+forward + cross-entropy + backward + Adam step."""
 import copy
 
 import torch
@@ -8,6 +10,7 @@ import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 
 import pyg_fast.nn
+from pyg_fast.patch import PatchHandle
 from benchmarks.common import TIMING_ROUNDS, Recorder, budget_for, time_interleaved
 from benchmarks.graphs import load_graph, selected
 
@@ -97,12 +100,25 @@ def cases(device: torch.device, quick: bool):
                 torch.cuda.empty_cache()
 
 
+def patched(handle: PatchHandle, fn):
+    """``fn`` run with ``pyg_fast.patch()``'s switch on (``handle``, entered for each call)."""
+    def call():
+        with handle:
+            return fn()
+    return call
+
+
 def run(rec: Recorder, device, quick: bool = False) -> None:
     device = torch.device(device)
+    handle = pyg_fast.patch()
+    handle.undo()
     for case, (x, edge_index, y), stock, fast in cases(device, quick):
         with torch.no_grad():  # outputs are checked before timing
-            torch.testing.assert_close(fast(x, edge_index), stock(x, edge_index), rtol=1e-3, atol=1e-3)
+            ref = stock(x, edge_index)
+            torch.testing.assert_close(fast(x, edge_index), ref, rtol=1e-3, atol=1e-3)
+            torch.testing.assert_close(patched(handle, lambda: stock(x, edge_index))(), ref, rtol=1e-3, atol=1e-3)
         steps = {method: step_functions(net, x, edge_index, y) for method, net in (("pyg_fast", fast), ("pyg", stock))}
+        steps["pyg_patched"] = tuple(patched(handle, fn) for fn in step_functions(stock, x, edge_index, y))
         for suite, which in (("e2e_train", 0), ("e2e_infer", 1)):
             fns = {method: pair[which] for method, pair in steps.items()}
             # the two models in alternating rounds: a Cora step is host-bound, and the host's speed drifts

@@ -4,7 +4,8 @@ example runs it (fanout [25, 10], 1,024 seeds, 602 input features, hidden 256, t
 Case keys: model (sage, gcn, gat), graph (reddit2_like, and arxiv_like for another degree
 distribution). Methods: ``pyg_fast`` (the converted model), ``pyg_fast_compiled`` (the
 converted model under ``torch.compile(dynamic=True)``), ``pyg`` (stock eager), ``pyg_compiled``
-(stock, ``torch.compile(dynamic=True)``). Batches are sampled once on the
+(stock, ``torch.compile(dynamic=True)``), ``pyg_patched`` (stock eager under the global switch
+``pyg_fast.patch()``, switched on for each step). Batches are sampled once on the
 device before timing (uniform neighbours with replacement, edges grouped by destination hop by
 hop, seeds first: the sampler's order), and every timed step takes the next batch's
 ``edge_index`` as a fresh tensor, so no per-graph cache can be reused. Each method records
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 
 import pyg_fast.nn
+from benchmarks.suites.e2e import patched
 from benchmarks.common import TIMING_ROUNDS, Recorder, budget_for, host_ms, synchronize, time_interleaved
 from benchmarks.graphs import load_graph, selected
 
@@ -135,6 +137,8 @@ def run(rec: Recorder, device, quick: bool = False) -> None:
     device = torch.device(device)
     seeds, in_features, hidden = ((QUICK["seeds"], QUICK["in_features"], QUICK["hidden"]) if quick
                                   else (SEEDS, IN_FEATURES, HIDDEN))
+    handle = pyg_fast.patch()
+    handle.undo()
     for graph_name in selected(QUICK_GRAPHS if quick else GRAPHS):
         data = load_graph(graph_name, device)  # sorted by destination: CSC
         num_nodes = data.num_nodes
@@ -158,8 +162,11 @@ def run(rec: Recorder, device, quick: bool = False) -> None:
                 torch.testing.assert_close(fast(b.x, b.edge_index.clone()), ref, rtol=1e-3, atol=1e-3)
                 for compiled in (stock_compiled, fast_compiled):
                     torch.testing.assert_close(compiled(b.x, b.edge_index.clone()), ref, rtol=1e-3, atol=1e-3)
+                torch.testing.assert_close(patched(handle, lambda: stock(b.x, b.edge_index.clone()))(), ref,
+                                           rtol=1e-3, atol=1e-3)
             fns = {"pyg_fast": stepper(fast, batches), "pyg_fast_compiled": stepper(fast_compiled, batches),
-                   "pyg": stepper(stock, batches), "pyg_compiled": stepper(stock_compiled, batches)}
+                   "pyg": stepper(stock, batches), "pyg_compiled": stepper(stock_compiled, batches),
+                   "pyg_patched": patched(handle, stepper(stock, batches))}
             case = {"model": kind, "graph": graph_name}
             for method, fn in list(fns.items()):  # warm-up: every batch once (compiles, caches of the allocator)
                 try:

@@ -32,6 +32,28 @@ def test_patch_routes_aggregation_and_undoes(conv):
     assert not handle.active and Aggregation.reduce is _ORIGINAL_REDUCE
 
 
+def test_handle_reentered_switches_the_same_sites_back_on():
+    import sys
+    import torch_geometric.utils as pyg_utils
+    patch_module = sys.modules["pyg_fast.patch"]
+    handle = patch()
+    handle.undo()
+    holders = [m for m, _ in handle.rebound]
+    assert Aggregation.reduce is _ORIGINAL_REDUCE and all(m.scatter is pyg_utils.scatter for m in holders)
+    layer, x, ei = pyg_nn.GraphConv(16, 8), torch.randn(30, 16), random_graph(30, 200)
+    expected = layer(x, ei)
+    for _ in range(2):
+        with handle:
+            assert handle.active and Aggregation.reduce is not _ORIGINAL_REDUCE
+            assert all(m.scatter is patch_module.scatter for m in holders)
+            with pytest.raises(RuntimeError, match="already active"):
+                patch()
+            for _ in range(KERNELS_FROM_USE):
+                torch.testing.assert_close(layer(x, ei), expected, rtol=1e-5, atol=1e-5)
+        assert not handle.active and Aggregation.reduce is _ORIGINAL_REDUCE
+        assert all(m.scatter is pyg_utils.scatter for m in holders)
+
+
 def test_patched_layer_scripts():
     with patch():
         layer = pyg_nn.SAGEConv(16, 8)
