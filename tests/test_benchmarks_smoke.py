@@ -123,3 +123,35 @@ def test_chart_speedups_are_geometric_means_over_shared_cases():
                                 (3, "base", 9.0)]]  # case 3: no pyg_fast time, left out
     value, cases = speedups({"records": records})["s"]["base"]
     assert cases == 2 and abs(value - 2.0) < 1e-12  # sqrt(4 * 1)
+
+
+def test_zoo_generators_have_their_shapes():
+    from benchmarks import graphs
+    ei = graphs.block_model_graph(2000, 40_000, 10, 0.8, 0)
+    same_block = (ei[0] // 200 == ei[1] // 200).double().mean().item()
+    assert abs(same_block - (0.8 + 0.2 / 10)) < 0.01  # inside, or anywhere and by chance inside
+    ei = graphs.grid_graph(20, 1.0, 0)
+    assert ei.size(1) == 2 * 2 * 20 * 19 and torch.bincount(ei[1], minlength=400).max() == 4
+    assert ((ei[0] - ei[1]).abs().unsqueeze(1) == torch.tensor([1, 20])).any(1).all()  # grid neighbours only
+    ei = graphs.bipartite_graph(100, 200, 5000, 0.6, 0)
+    assert ei[0].max() < 100 <= ei[1].min() and ei[1].max() < 300
+    ei = graphs.power_law_graph(5000, 100_000, 0, exponent=0.3, src_exponent=1.0)
+    out_degree, in_degree = torch.bincount(ei[0], minlength=5000), torch.bincount(ei[1], minlength=5000)
+    assert out_degree.max() > 5 * in_degree.max()  # hubs among the sources only
+    assert bool((ei[1][1:] >= ei[1][:-1]).all())
+
+
+def test_zoo_graph_is_built_once_and_kept_on_disk(monkeypatch, tmp_path):
+    from benchmarks import graphs
+    calls = []
+
+    def build():
+        calls.append(1)
+        return torch.tensor([[0, 3, 1, 2], [2, 0, 2, 1]]), 4
+
+    monkeypatch.setenv("PYG_FAST_GRAPH_CACHE", str(tmp_path))
+    monkeypatch.setitem(graphs._ZOO_BUILDERS, "tiny", build)
+    for _ in range(2):
+        data = graphs._zoo_graph("tiny")
+        assert data.num_nodes == 4 and data.edge_index.tolist() == [[3, 2, 0, 1], [0, 1, 2, 2]]
+    assert len(calls) == 1 and [p.name for p in tmp_path.iterdir()] == [f"tiny-v{graphs.ZOO_VERSION}.pt"]
