@@ -1,0 +1,137 @@
+"""Suite "e2e_train_hetero_pyg": heterogeneous models built the usual PyG way, stock against
+``pyg_fast.convert``.
+
+Case keys: model (``to_hetero_sage``, ``to_hetero_gat``: a two-layer homogeneous model turned
+heterogeneous by ``torch_geometric.nn.to_hetero``; ``heteroconv_sage``: two ``HeteroConv``
+layers of one ``SAGEConv`` per edge type) and dataset (the HGB graphs DBLP, IMDB and ACM from the
+datasets folder; in quick mode a small ``FakeHeteroDataset``). Hidden 64, a linear classifier per
+node type, summed over edge types. Methods: ``pyg`` and ``pyg_fast`` (the same model after
+``pyg_fast.convert``, same weights), timed in alternating rounds. One step = forward, cross
+entropy on the target type's labelled nodes, backward, Adam step. Outputs are checked first.
+"""
+import copy
+import os
+import tempfile
+import zipfile
+
+import torch
+import torch.nn.functional as F
+import torch_geometric.transforms as T
+from torch_geometric.datasets import FakeHeteroDataset, HGBDataset
+from torch_geometric.nn import GATConv, HeteroConv, Linear, SAGEConv, to_hetero
+
+import pyg_fast
+from benchmarks.common import TIMING_ROUNDS, Recorder, budget_for, time_interleaved
+from benchmarks.graphs import datasets_dir, graph_cache_dir
+
+SUITE = "e2e_train_hetero_pyg"
+DATASETS = {"DBLP": ("dblp", "author"), "IMDB": ("imdb", "movie"), "ACM": ("acm", "paper")}
+MODELS = ("to_hetero_sage", "to_hetero_gat", "heteroconv_sage")
+HIDDEN = 64
+
+
+class Homogeneous(torch.nn.Module):
+    """What to_hetero turns heterogeneous: two convolutions and a classifier."""
+
+    def __init__(self, conv: str, classes: int):
+        super().__init__()
+        make = (lambda: SAGEConv((-1, -1), HIDDEN)) if conv == "sage" else \
+            (lambda: GATConv((-1, -1), HIDDEN, add_self_loops=False))
+        self.conv1, self.conv2 = make(), make()
+        self.lin = Linear(HIDDEN, classes)
+
+    def forward(self, x, edge_index):
+        x = self.conv1(x, edge_index).relu()
+        return self.lin(self.conv2(x, edge_index).relu())
+
+
+class HeteroSAGE(torch.nn.Module):
+    def __init__(self, metadata, classes: int):
+        super().__init__()
+        node_types, edge_types = metadata
+        self.convs = torch.nn.ModuleList(
+            HeteroConv({et: SAGEConv((-1, -1), HIDDEN) for et in edge_types}, aggr="sum") for _ in range(2))
+        self.lin = torch.nn.ModuleDict({t: Linear(HIDDEN, classes) for t in node_types})
+
+    def forward(self, x_dict, edge_index_dict):
+        for conv in self.convs:
+            x_dict = {t: x.relu() for t, x in conv(x_dict, edge_index_dict).items()}
+        return {t: self.lin[t](x) for t, x in x_dict.items()}
+
+
+def make_model(name: str, metadata, classes: int) -> torch.nn.Module:
+    if name == "heteroconv_sage":
+        return HeteroSAGE(metadata, classes)
+    return to_hetero(Homogeneous(name.rsplit("_", 1)[1], classes), metadata, aggr="sum")
+
+
+def hgb_graph(name: str):
+    """An HGB graph (HeteroData) with every node type featured (types without features get a
+    constant), kept on disk after its first processing (tens of seconds for IMDB and DBLP)."""
+    folder, target = DATASETS[name]
+    path = graph_cache_dir() / f"hgb_{folder}.pt"
+    if path.exists():
+        return torch.load(path, weights_only=False), target
+    with tempfile.TemporaryDirectory() as root:
+        raw = os.path.join(root, folder, "raw")
+        os.makedirs(raw)
+        for archive in (datasets_dir() / "hgb" / folder / "raw").glob("*.zip"):
+            zipfile.ZipFile(archive).extractall(raw)
+        data = HGBDataset(root, folder)[0]
+    featureless = [t for t in data.node_types if "x" not in data[t]]
+    data = T.Constant(node_types=featureless)(data) if featureless else data
+    for i, (src, rel, dst) in enumerate(list(data.edge_types)):
+        if not rel.isidentifier():  # to_hetero names modules after relations (IMDB has '>actorh')
+            data[src, f"rel{i}", dst].edge_index = data[src, rel, dst].edge_index
+            del data[src, rel, dst]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(data, path)
+    return data, target
+
+
+def fake_graph():
+    data = FakeHeteroDataset(num_graphs=1, num_node_types=3, num_edge_types=6, avg_num_nodes=300,
+                             avg_num_channels=16, num_classes=4)[0]
+    return data, "v0"
+
+
+def step_function(model, data, target: str, labelled: torch.Tensor):
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x_dict, edge_index_dict, y = data.x_dict, data.edge_index_dict, data[target].y[labelled]
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x_dict, edge_index_dict)[target][labelled], y).backward()
+        optimizer.step()
+    return step
+
+
+def run(rec: Recorder, device, quick: bool = False) -> None:
+    device = torch.device(device)
+    graphs = {"fake": fake_graph} if quick else {name: (lambda n=name: hgb_graph(n)) for name in DATASETS}
+    for dataset, load in graphs.items():
+        data, target = load()
+        data = data.to(device)
+        y = data[target].y
+        if y.dim() > 1:  # IMDB's labels are multi-label: its first genre set stands as the class
+            y = y.argmax(-1)
+        data[target].y = y
+        labelled = (y >= 0).nonzero().view(-1)
+        classes = int(y.max()) + 1
+        for name in MODELS:
+            torch.manual_seed(0)
+            stock = make_model(name, data.metadata(), classes).to(device)
+            with torch.no_grad():  # materialises the lazy (-1) input sizes
+                ref = stock(data.x_dict, data.edge_index_dict)
+            fast = pyg_fast.convert(copy.deepcopy(stock), verbose=False)
+            with torch.no_grad():
+                out = fast(data.x_dict, data.edge_index_dict)
+            for node_type in ref:
+                torch.testing.assert_close(out[node_type], ref[node_type], rtol=1e-3, atol=1e-3)
+            fns = {"pyg_fast": step_function(fast, data, target, labelled),
+                   "pyg": step_function(stock, data, target, labelled)}
+            times = time_interleaved(fns, *budget_for(quick), device, TIMING_ROUNDS)
+            case = {"model": name, "dataset": dataset}
+            for method in fns:
+                rec.add(SUITE, case, method, times[method],
+                        converted=len(fast.pyg_fast_converted) if method == "pyg_fast" else 0)
