@@ -7,7 +7,7 @@
 # .device/ must hold torch_scatter-2.1.2.tar.gz, fetched on a CPU machine with
 #   pip download --no-build-isolation --no-deps --no-binary :all: torch-scatter==2.1.2 -d .device
 # and the datasets the benchmarks read (../shared does not travel):
-#   mkdir -p .device/datasets && cp -r ../shared/datasets/{planetoid,hetero_types} .device/datasets/
+#   mkdir -p .device/datasets && cp -r ../shared/datasets/{planetoid,hetero_types,entities,magnn,hgb,heterophilous,wordnet} .device/datasets/
 # Without it (or if its build fails) the benchmarks run without torch_scatter.
 #
 # Files written to $OUT (at most 8 come back): gpu_check.log (everything below),
