@@ -98,8 +98,10 @@ class _ArgReduce(torch.autograd.Function):
 
 
 def _scatter(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int],
-             reduce: str) -> Tuple[Tensor, Optional[Tensor]]:
-    """(result, arg or None) of a scatter reduction along ``dim``, torch_scatter's semantics."""
+             reduce: str, need_arg: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
+    """(result, arg or None) of a scatter reduction along ``dim``, torch_scatter's semantics.
+    Without ``need_arg`` (the value-only functions), min and max skip their argument where no
+    gradient needs it: it costs a gather, a compare and a second scatter after the values."""
     if reduce not in ("sum", "add", "mul", "mean", "min", "max"):
         raise ValueError(f"pyg_fast.compat.torch_scatter: reduce must be sum, add, mul, mean, min or max, got "
                          f"{reduce!r}")
@@ -107,6 +109,9 @@ def _scatter(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_si
     size = _size(src, index, dim, out, dim_size)
     one = _one_index(index, src, dim)
     if reduce in ("min", "max"):
+        if (not need_arg and out is None and src.is_floating_point() and one is not None
+                and not (torch.is_grad_enabled() and src.requires_grad)):
+            return segment_reduce(src, one, dim_size=size[dim], reduce=reduce, dim=dim), None
         return _ArgReduce.apply(src, index, dim, out, size, reduce, one)
     if reduce in ("sum", "add", "mean") and out is None and src.is_floating_point() and one is not None:
         return segment_reduce(src, one, dim_size=size[dim], reduce="mean" if reduce == "mean" else "sum",
@@ -137,7 +142,7 @@ def _counts_shape(index: Tensor, dim: int, size: int) -> list:
 @torch.jit.ignore
 def _reduced(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int],
              reduce: str) -> Tensor:
-    return _scatter(src, index, dim, out, dim_size, reduce)[0]
+    return _scatter(src, index, dim, out, dim_size, reduce, need_arg=False)[0]
 
 
 @torch.jit.ignore
@@ -149,7 +154,7 @@ def _with_arg(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_s
 
 @torch.jit.ignore
 def _csr_reduced(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str) -> Tensor:
-    return _segment_csr(src, indptr, out, reduce)[0]
+    return _segment_csr(src, indptr, out, reduce, need_arg=False)[0]
 
 
 @torch.jit.ignore
@@ -160,7 +165,7 @@ def _csr_with_arg(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: st
 
 @torch.jit.ignore
 def _coo_reduced(src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[int], reduce: str) -> Tensor:
-    return _coo(src, index, out, dim_size, reduce)[0]
+    return _coo(src, index, out, dim_size, reduce, need_arg=False)[0]
 
 
 @torch.jit.ignore
@@ -222,9 +227,9 @@ def _rows_of(indptr: Tensor, src: Tensor) -> Tuple[Tensor, int, int]:
     return rows, dim, V
 
 
-def _segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str):
+def _segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str, need_arg: bool = True):
     rows, dim, V = _rows_of(indptr, src)
-    result, arg = _scatter(src, rows, dim, None, V + 1, reduce)
+    result, arg = _scatter(src, rows, dim, None, V + 1, reduce, need_arg)
     result = result.narrow(dim, 0, V)
     arg = arg.narrow(dim, 0, V) if arg is not None else None
     if out is not None:  # the CSR family writes its result into out
@@ -276,7 +281,8 @@ def gather_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Ten
     return _gather_csr(src, indptr, out)
 
 
-def _coo(src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[int], reduce: str):
+def _coo(src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[int], reduce: str,
+         need_arg: bool = True):
     sizes = list(index.size())
     for i in range(index.dim()):
         sizes[i] = src.size(i)
@@ -284,7 +290,7 @@ def _coo(src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[i
     dim = index.dim() - 1
     if out is None and dim_size is None:
         dim_size = int(index.max()) + 1 if index.numel() > 0 else 0
-    return _scatter(src, index, dim, out, dim_size, reduce)
+    return _scatter(src, index, dim, out, dim_size, reduce, need_arg)
 
 
 def segment_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None, dim_size: Optional[int] = None,

@@ -103,6 +103,37 @@ def test_max_gradient_goes_to_the_argument():
     assert args.flatten().tolist() == [1, 3] and src.grad.flatten().tolist() == [0.0, 1.0, 0.0, 1.0]
 
 
+@pytest.mark.parametrize("call", [
+    lambda src, index, indptr, reduce: compat.scatter(src, index, dim=0, reduce=reduce),
+    lambda src, index, indptr, reduce: compat.segment_coo(src, index, reduce=reduce),
+    lambda src, index, indptr, reduce: compat.segment_csr(src, indptr, reduce=reduce)])
+@pytest.mark.parametrize("reduce", ["max", "min"])
+def test_value_only_extremum_skips_the_argument_without_gradient(call, reduce):
+    """The value-only functions compute no argument (a second, arg-reducing scatter) unless a
+    gradient will need it; the values stay those of the argument path and of float64 torch."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.add(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    index = torch.tensor([0, 0, 1, 3, 3, 3])
+    indptr = torch.tensor([0, 2, 3, 3, 6])
+    src = torch.randn(6, 4)
+    expected = scatter_reference(src, index, 4, reduce)
+    for requires_grad in (False, True):
+        leaf = src.clone().requires_grad_(requires_grad)
+        with Ops() as ops:
+            values = call(leaf, index, indptr, reduce)
+        assert_close(values, expected, torch.float32)
+        assert ("scatter_reduce" in " ".join(ops.names)) == requires_grad  # the argument's amin scatter
+
+
 def test_csr_family_overwrites_out_and_takes_an_empty_indptr():
     src, indptr = torch.ones(5, 2), torch.tensor([0, 2, 2, 5])
     out = torch.full((3, 2), 7.0)
