@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import pyg_fast  # noqa: F401  (registers the ops)
+from pyg_fast.ops import _layout
 from pyg_fast.testing import DEVICES
 
 op = torch.ops.pyg_fast
@@ -98,3 +99,37 @@ def test_bad_arguments_raise_clear_errors(device):
         op.coo_to_csr(index, 3, False, index[:3], -1)
     with pytest.raises(ValueError, match="number of segments"):
         op.coo_to_csr(index, -1, False, None, -1)
+
+
+def test_reused_index_found_sorted_is_read_directly(monkeypatch):
+    """Where the device sorts an index (its values not readable on the host), a reused index that
+    was sorted and in range loses its identity permutation once the probe's answer arrives, from
+    its SORTED_PROBE_FROM_USE-th use; an unsorted one keeps it. Reductions on every layout equal
+    the float64 reference."""
+    from pyg_fast.ops import _deferred, _kernels
+    from pyg_fast.testing import scatter_reference
+
+    class Landed:  # a HostValue whose copy has landed at once
+        def __init__(self, values):
+            self.values = values.tolist()
+
+        def get(self):
+            return self.values
+
+    monkeypatch.setattr(_layout, "readable", lambda tensor: False)  # as on CUDA
+    monkeypatch.setattr(_deferred, "HostValue", Landed)
+    for index, found_sorted in ((torch.sort(torch.randint(0, 20, (200,))).values, True),
+                                (torch.randint(0, 20, (200,)), False)):
+        src = torch.randn(200, 8)
+        expected = scatter_reference(src, index, 20, "sum")
+        for use in range(1, _layout.SORTED_PROBE_FROM_USE + 2):
+            layout = _layout.coo_layout(index, 20)
+            assert (layout.perm is None) == (found_sorted and use >= _layout.SORTED_PROBE_FROM_USE)
+            torch.testing.assert_close(_kernels.reduce_rows(src.unsqueeze(0), layout, "sum")[0],
+                                       expected.float(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("values,size,expected", [([0, 1, 4], 5, 1), ([0, 1, 5], 5, 0), ([-1, 0], 5, 0),
+                                                  ([2, 1], 5, 0), ([3], 5, 1)])
+def test_sorted_in_range(values, size, expected):
+    assert _layout._sorted_in_range(torch.tensor(values), size).tolist() == [expected]
