@@ -286,7 +286,8 @@ def coo_layout(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None, n
         return SegmentLayout(ptr, None if known_sorted else perm)
 
     layout = cached(index, ("coo_layout", dim_size, is_sorted, name), compute)
-    if layout.perm is None or readable(index) or index.numel() == 0 or not eager(index) or _deferred._capturing():
+    # eager() first: under tracing an index's size may be symbolic, and it must not be branched on
+    if layout.perm is None or not eager(index) or readable(index) or _deferred._capturing() or index.numel() == 0:
         return layout
     # An index the device sorted may have been sorted already (graphs stored by destination):
     # its permutation is then the identity, and gathering rows through it reads 8 bytes more per
