@@ -52,23 +52,14 @@ def _on_kernels(x: Tensor, index: Optional[Tensor], ptr: Optional[Tensor], reduc
 
     An index in unknown order must be grouped before the kernels run; a scatter needs no such
     step, so on an index used a few times PyG's path is the faster one, and the kernels take over
-    from an index's ``KERNELS_FROM_USE``-th use, prepared once then. An index known sorted
+    from an index's ``_layout.REUSED_FROM_USE``-th use, prepared once then. An index known sorted
     (``torch_geometric.Index``) and ``torch.compile`` go to the kernels at once."""
     if (reduce not in _KERNEL_REDUCES or not x.is_floating_point() or (index is None and ptr is None)
             or (ptr is not None and ptr.dim() != 1) or torch.jit.is_tracing()):
         return False
     if ptr is not None or getattr(index, "is_sorted", False) or not _layout.eager(index):
         return True
-    return _layout.use_count(index, ("aggregation",)) >= KERNELS_FROM_USE
-
-
-# PyG's layers use an index up to three times in a step and make a new one per call where they add
-# self loops: GCN's normalisation and aggregation use it twice, GAT's softmax (max, sum) and
-# aggregation three times, a 2-layer SAGE step its edge_index twice on a new graph. Grouping an
-# index for at most three uses lost to PyG's scatter (2 cores, 500 k edges, training step with
-# patch(): GCN 0.91x, GAT 0.94x, SAGE on a new graph 0.97x); a reused graph reaches the 4th use in
-# its second step (SAGE: 1.07x).
-KERNELS_FROM_USE = 4
+    return _layout.use_count(index, ("aggregation",)) >= _layout.REUSED_FROM_USE
 
 
 class _SegmentReduce(DropIn):

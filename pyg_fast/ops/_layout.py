@@ -70,6 +70,15 @@ def cached(tensor: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
 _MISSING = object()
 
 
+# The use from which an index counts as reused. PyG's layers use an index up to three times in a
+# step and make a new one per call where they add self loops: GCN's normalisation and aggregation
+# use it twice, GAT's softmax (max, sum) and aggregation three times, a 2-layer SAGE step its
+# edge_index twice on a new graph. Grouping an index for at most three uses lost to PyG's scatter
+# (2 cores, 500 k edges, training step with patch(): GCN 0.91x, GAT 0.94x, SAGE on a new graph
+# 0.97x); a reused graph reaches the 4th use in its second step (SAGE: 1.07x).
+REUSED_FROM_USE = 4
+
+
 def use_count(tensor: Tensor, key: Tuple) -> int:
     """How many calls with ``key`` have seen ``tensor``, this one included (counted with it in
     eager mode; 1 while tracing): per-graph work that pays off over several uses is skipped for a
@@ -293,18 +302,14 @@ def coo_layout(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None, n
     # its permutation is then the identity, and gathering rows through it reads 8 bytes more per
     # row than reading them (an earlier build, which read a sorted index directly after a host
     # synchronisation, ran the H100 segment_reduce suite up to 1.6x faster). A reused index
-    # learns that without waiting, from its SORTED_PROBE_FROM_USE-th use on, and is read directly
-    # once the answer has reached the host.
-    if use_count(index, ("sorted_probe", dim_size)) < SORTED_PROBE_FROM_USE:
+    # learns that without waiting, from its REUSED_FROM_USE-th use on (the probe's three small
+    # kernels and copy are not for a graph used a few times), and is read directly once the answer
+    # has reached the host.
+    if use_count(index, ("sorted_probe", dim_size)) < REUSED_FROM_USE:
         return layout
     found = cached(index, ("found_sorted", dim_size),
                    lambda: _deferred.HostValue(_sorted_in_range(index, dim_size))).get()
     return SegmentLayout(layout.ptr, None) if found is not None and found[0] else layout
-
-
-# An index used up to three times (PyG's layers, a sampled graph's forward and backward) is not
-# worth the probe's three small kernels and copy.
-SORTED_PROBE_FROM_USE = 4
 
 
 def _sorted_in_range(index: Tensor, dim_size: int) -> Tensor:

@@ -3,7 +3,7 @@ import torch
 import torch_geometric.nn as pyg_nn
 from torch_geometric.nn.aggr import Aggregation
 
-from pyg_fast.aggr import KERNELS_FROM_USE
+from pyg_fast.ops._layout import REUSED_FROM_USE
 from pyg_fast.patch import _ORIGINAL_REDUCE, patch
 from tests.nn._helpers import PygFastOps, random_graph
 
@@ -12,21 +12,21 @@ from tests.nn._helpers import PygFastOps, random_graph
                                   lambda: pyg_nn.GATConv(16, 4, heads=2)])
 def test_patch_routes_aggregation_and_undoes(conv):
     """An index used a few times takes PyG's scatter (grouping it first would cost more); from its
-    KERNELS_FROM_USE-th use the kernels run on it, prepared once. GAT's index (with self loops) is
+    REUSED_FROM_USE-th use the kernels run on it, prepared once. GAT's index (with self loops) is
     new every call, used three times in it (softmax's max and sum, then aggregation)."""
     layer = conv()
     x, ei = torch.randn(30, 16, requires_grad=True), random_graph(30, 200)
     expected = layer(x, ei)
     (g_ref,) = torch.autograd.grad(expected.sum(), x)
     with patch() as handle:
-        for call in range(KERNELS_FROM_USE):
+        for call in range(REUSED_FROM_USE):
             with PygFastOps() as mode:
                 out = layer(x, ei)
                 (g,) = torch.autograd.grad(out.sum(), x)
             torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(g, g_ref, rtol=1e-5, atol=1e-5)
             if not isinstance(layer, pyg_nn.GATConv):
-                assert bool(mode.ops & {"segment_reduce", "index_segment_reduce"}) == (call == KERNELS_FROM_USE - 1)
+                assert bool(mode.ops & {"segment_reduce", "index_segment_reduce"}) == (call == REUSED_FROM_USE - 1)
         with pytest.raises(RuntimeError, match="already active"):
             patch()
     assert not handle.active and Aggregation.reduce is _ORIGINAL_REDUCE
@@ -48,7 +48,7 @@ def test_handle_reentered_switches_the_same_sites_back_on():
             assert all(m.scatter is patch_module.scatter for m in holders)
             with pytest.raises(RuntimeError, match="already active"):
                 patch()
-            for _ in range(KERNELS_FROM_USE):
+            for _ in range(REUSED_FROM_USE):
                 torch.testing.assert_close(layer(x, ei), expected, rtol=1e-5, atol=1e-5)
         assert not handle.active and Aggregation.reduce is _ORIGINAL_REDUCE
         assert all(m.scatter is pyg_utils.scatter for m in holders)
@@ -72,7 +72,7 @@ def test_patch_rebinds_scatter_and_undo_restores_every_site():
         assert all(m.scatter is patch_module.scatter for m in holders)
         src, index = torch.randn(40, 8), torch.randint(0, 10, (40,))
         expected = pyg_utils.scatter(src, index, 0, 10, "max")
-        for _ in range(KERNELS_FROM_USE):  # PyG's scatter on an index's first uses, the kernel then
+        for _ in range(REUSED_FROM_USE):  # PyG's scatter on an index's first uses, the kernel then
             with PygFastOps() as mode:
                 torch.testing.assert_close(patch_module.scatter(src, index, 0, 10, "max"), expected)
         assert mode.ops & {"segment_reduce", "index_segment_reduce"}  # rows gathered in index order

@@ -104,7 +104,7 @@ def test_bad_arguments_raise_clear_errors(device):
 def test_reused_index_found_sorted_is_read_directly(monkeypatch):
     """Where the device sorts an index (its values not readable on the host), a reused index that
     was sorted and in range loses its identity permutation once the probe's answer arrives, from
-    its SORTED_PROBE_FROM_USE-th use; an unsorted one keeps it. Reductions on every layout equal
+    its REUSED_FROM_USE-th use; an unsorted one keeps it. Reductions on every layout equal
     the float64 reference."""
     from pyg_fast.ops import _deferred, _kernels
     from pyg_fast.testing import scatter_reference
@@ -122,9 +122,9 @@ def test_reused_index_found_sorted_is_read_directly(monkeypatch):
                                 (torch.randint(0, 20, (200,)), False)):
         src = torch.randn(200, 8)
         expected = scatter_reference(src, index, 20, "sum")
-        for use in range(1, _layout.SORTED_PROBE_FROM_USE + 2):
+        for use in range(1, _layout.REUSED_FROM_USE + 2):
             layout = _layout.coo_layout(index, 20)
-            assert (layout.perm is None) == (found_sorted and use >= _layout.SORTED_PROBE_FROM_USE)
+            assert (layout.perm is None) == (found_sorted and use >= _layout.REUSED_FROM_USE)
             torch.testing.assert_close(_kernels.reduce_rows(src.unsqueeze(0), layout, "sum")[0],
                                        expected.float(), rtol=1e-5, atol=1e-5)
 
