@@ -180,15 +180,26 @@ def _wordnet(name: str) -> Tuple[torch.Tensor, int]:
     return data.edge_index, data.num_nodes
 
 
-def _hgb_homogeneous(name: str) -> Tuple[torch.Tensor, int]:
-    """The HGB graph's every edge type in one node numbering (``HeteroData.to_homogeneous``)."""
+def hgb_graph(name: str):
+    """HGB graph ``name`` ('acm', 'dblp', 'imdb') as PyG's ``HGBDataset`` gives it (HeteroData),
+    kept on disk after its first processing (tens of seconds for DBLP and IMDB)."""
     import zipfile
     from torch_geometric.datasets import HGBDataset
+    path = graph_cache_dir() / f"hgb_{name}-v{ZOO_VERSION}.pt"
+    if path.exists():
+        return torch.load(path, weights_only=False)
     with tempfile.TemporaryDirectory() as root:
         copy = _dataset_copy(os.path.join("hgb", name), root)
         for archive in glob.glob(os.path.join(copy, "raw", "*.zip")):
             zipfile.ZipFile(archive).extractall(os.path.join(copy, "raw"))
-        data = HGBDataset(os.path.join(root, "hgb"), name)[0].to_homogeneous()
+        data = HGBDataset(os.path.join(root, "hgb"), name)[0]
+    _save(data, path)
+    return data
+
+
+def _hgb_homogeneous(name: str) -> Tuple[torch.Tensor, int]:
+    """The HGB graph's every edge type in one node numbering (``HeteroData.to_homogeneous``)."""
+    data = hgb_graph(name).to_homogeneous()
     return data.edge_index, data.num_nodes
 
 
@@ -297,8 +308,12 @@ def _zoo_graph(name: str) -> Data:
     else:
         edge_index, num_nodes = _ZOO_BUILDERS[name]()
         edge_index = sort_by_destination(edge_index, num_nodes)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".tmp")
-        torch.save((edge_index, num_nodes), partial)
-        partial.replace(path)  # never a half-written file under the final name
+        _save((edge_index, num_nodes), path)
     return Data(edge_index=edge_index, num_nodes=num_nodes)
+
+
+def _save(value, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".tmp")
+    torch.save(value, partial)
+    partial.replace(path)  # never a half-written file under the final name

@@ -10,19 +10,16 @@ node type, summed over edge types. Methods: ``pyg`` and ``pyg_fast`` (the same m
 entropy on the target type's labelled nodes, backward, Adam step. Outputs are checked first.
 """
 import copy
-import os
-import tempfile
-import zipfile
 
 import torch
 import torch.nn.functional as F
 import torch_geometric.transforms as T
-from torch_geometric.datasets import FakeHeteroDataset, HGBDataset
+from torch_geometric.datasets import FakeHeteroDataset
 from torch_geometric.nn import GATConv, HeteroConv, Linear, SAGEConv, to_hetero
 
 import pyg_fast
 from benchmarks.common import TIMING_ROUNDS, Recorder, budget_for, time_interleaved
-from benchmarks.graphs import datasets_dir, graph_cache_dir
+from benchmarks.graphs import hgb_graph
 
 SUITE = "e2e_train_hetero_pyg"
 DATASETS = {"DBLP": ("dblp", "author"), "IMDB": ("imdb", "movie"), "ACM": ("acm", "paper")}
@@ -65,27 +62,17 @@ def make_model(name: str, metadata, classes: int) -> torch.nn.Module:
     return to_hetero(Homogeneous(name.rsplit("_", 1)[1], classes), metadata, aggr="sum")
 
 
-def hgb_graph(name: str):
-    """An HGB graph (HeteroData) with every node type featured (types without features get a
-    constant), kept on disk after its first processing (tens of seconds for IMDB and DBLP)."""
+def featured_hgb_graph(name: str):
+    """(HGB graph ``name``, its target node type), every node type featured (types without
+    features get a constant) and every relation named so that to_hetero can name modules after it."""
     folder, target = DATASETS[name]
-    path = graph_cache_dir() / f"hgb_{folder}.pt"
-    if path.exists():
-        return torch.load(path, weights_only=False), target
-    with tempfile.TemporaryDirectory() as root:
-        raw = os.path.join(root, folder, "raw")
-        os.makedirs(raw)
-        for archive in (datasets_dir() / "hgb" / folder / "raw").glob("*.zip"):
-            zipfile.ZipFile(archive).extractall(raw)
-        data = HGBDataset(root, folder)[0]
+    data = hgb_graph(folder)
     featureless = [t for t in data.node_types if "x" not in data[t]]
     data = T.Constant(node_types=featureless)(data) if featureless else data
     for i, (src, rel, dst) in enumerate(list(data.edge_types)):
         if not rel.isidentifier():  # to_hetero names modules after relations (IMDB has '>actorh')
             data[src, f"rel{i}", dst].edge_index = data[src, rel, dst].edge_index
             del data[src, rel, dst]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(data, path)
     return data, target
 
 
@@ -108,7 +95,7 @@ def step_function(model, data, target: str, labelled: torch.Tensor):
 
 def run(rec: Recorder, device, quick: bool = False) -> None:
     device = torch.device(device)
-    graphs = {"fake": fake_graph} if quick else {name: (lambda n=name: hgb_graph(n)) for name in DATASETS}
+    graphs = {"fake": fake_graph} if quick else {name: (lambda n=name: featured_hgb_graph(n)) for name in DATASETS}
     for dataset, load in graphs.items():
         data, target = load()
         data = data.to(device)
