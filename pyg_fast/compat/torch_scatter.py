@@ -7,10 +7,12 @@ accumulated into by the scatter and COO families (sum, mul, min, max include its
 divides ``out + sum`` by the count) and overwritten by the CSR family; the gradient of min/max
 goes to the arg element alone.
 
-Floating-point sum, mean, min and max over an index that is one 1-D index along ``dim`` (the usual
-case, and how PyG calls it) run pyg_fast's segment kernels. Integer values, ``reduce="mul"``,
-indices that differ along other dimensions, and the arg outputs of min/max run torch's
-``scatter_reduce``/``scatter_add`` instead; the composites (std, logsumexp, softmax, log_softmax)
+Over an index that is one 1-D index along ``dim`` (the usual case, and how PyG calls it), or a 1-D
+``indptr``, the reductions run pyg_fast's kernels: floating-point sum and mean, and min/max without
+their argument, the segment kernels; min/max with their argument, integer min/max and ``mul`` (where
+no gradient is needed) ``segment_arg_reduce``. ``out=`` (but for the CSR family, which only copies
+into it), indices that differ along other dimensions, integer sums and the gradient of ``mul`` take
+torch's ``scatter_reduce``/``scatter_add``; the composites (std, logsumexp, softmax, log_softmax)
 are built from these functions.
 """
 from typing import Optional, Tuple
@@ -18,6 +20,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from pyg_fast.ops.segment_arg_reduce import segment_arg_reduce
 from pyg_fast.ops.segment_reduce import segment_reduce
 
 _TORCH_NAMES = {"max": "amax", "min": "amin"}
@@ -37,12 +40,14 @@ def broadcast(src: Tensor, other: Tensor, dim: int) -> Tensor:
 
 
 def _one_index(index: Tensor, src: Tensor, dim: int) -> Optional[Tensor]:
-    """The 1-D index along ``dim`` that ``index`` broadcasts from, or None when it differs along
-    another dimension."""
+    """The 1-D index along ``dim`` that ``index`` broadcasts from (other dimensions of size 1, or
+    expanded: stride 0, as ``broadcast`` makes them), or None when it differs along another
+    dimension."""
     if index.dim() == 1:
         return index
-    if index.dim() > dim and all(index.size(i) == 1 for i in range(index.dim()) if i != dim):
-        return index.reshape(-1)
+    if index.dim() > dim and all(index.size(i) == 1 or index.stride(i) == 0
+                                 for i in range(index.dim()) if i != dim):
+        return index.as_strided((index.size(dim),), (index.stride(dim),))
     return None
 
 
@@ -62,27 +67,32 @@ def _positions(src: Tensor, dim: int) -> Tensor:
 
 
 class _ArgReduce(torch.autograd.Function):
-    """min/max with their arguments; the gradient goes to the arg element alone, as torch_scatter's."""
+    """min/max with their arguments; the gradient goes to the arg element alone, as torch_scatter's.
+    ``segments`` (a 1-D index or indptr along ``dim``, and whether the index is known sorted) runs
+    the kernel; without it (``out`` given, an index that differs along other dimensions) torch's
+    scatter_reduce runs, then a second scatter for the argument."""
 
     @staticmethod
-    def forward(ctx, src, index, dim, out, size, reduce, one):
+    def forward(ctx, src, index, dim, out, size, reduce, segments):
         E = src.size(dim)
-        index_b = broadcast(index, src, dim)
-        if out is None:
-            if src.is_floating_point() and one is not None:
-                values = segment_reduce(src, one, dim_size=size[dim], reduce=reduce, dim=dim)
-            else:
+        if out is None and segments is not None:
+            one, indptr, is_sorted = segments
+            values, arg = segment_arg_reduce(src, one, indptr, None if indptr is not None else size[dim], reduce,
+                                             dim, sorted=is_sorted)
+        else:
+            index_b = broadcast(index, src, dim)
+            if out is None:
                 values = src.new_zeros(size).scatter_reduce_(dim, index_b, src, _TORCH_NAMES[reduce],
                                                              include_self=False)
-            hit = src == values.gather(dim, index_b)
-        else:
-            initial = out.gather(dim, index_b)
-            values = out.scatter_reduce_(dim, index_b, src, _TORCH_NAMES[reduce], include_self=True)
-            ctx.mark_dirty(out)
-            hit = (src == values.gather(dim, index_b)) & (src > initial if reduce == "max" else src < initial)
-        candidates = torch.where(hit, _positions(src, dim), E)
-        arg = torch.full(size, E, dtype=torch.long, device=src.device).scatter_reduce_(
-            dim, index_b, candidates, "amin", include_self=True)
+                hit = src == values.gather(dim, index_b)
+            else:
+                initial = out.gather(dim, index_b)
+                values = out.scatter_reduce_(dim, index_b, src, _TORCH_NAMES[reduce], include_self=True)
+                ctx.mark_dirty(out)
+                hit = (src == values.gather(dim, index_b)) & (src > initial if reduce == "max" else src < initial)
+            candidates = torch.where(hit, _positions(src, dim), E)
+            arg = torch.full(size, E, dtype=torch.long, device=src.device).scatter_reduce_(
+                dim, index_b, candidates, "amin", include_self=True)
         ctx.mark_non_differentiable(arg)
         ctx.save_for_backward(arg)
         ctx.dim, ctx.src_shape = dim, src.shape
@@ -98,24 +108,30 @@ class _ArgReduce(torch.autograd.Function):
 
 
 def _scatter(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int],
-             reduce: str, need_arg: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
+             reduce: str, need_arg: bool = True, is_sorted: Optional[bool] = None
+             ) -> Tuple[Tensor, Optional[Tensor]]:
     """(result, arg or None) of a scatter reduction along ``dim``, torch_scatter's semantics.
     Without ``need_arg`` (the value-only functions), min and max skip their argument where no
-    gradient needs it: it costs a gather, a compare and a second scatter after the values."""
+    gradient needs it. ``is_sorted``: the index is known sorted (the COO family's contract)."""
     if reduce not in ("sum", "add", "mul", "mean", "min", "max"):
         raise ValueError(f"pyg_fast.compat.torch_scatter: reduce must be sum, add, mul, mean, min or max, got "
                          f"{reduce!r}")
     dim = dim + src.dim() if dim < 0 else dim
     size = _size(src, index, dim, out, dim_size)
     one = _one_index(index, src, dim)
+    needs_grad = torch.is_grad_enabled() and src.requires_grad
     if reduce in ("min", "max"):
-        if (not need_arg and out is None and src.is_floating_point() and one is not None
-                and not (torch.is_grad_enabled() and src.requires_grad)):
-            return segment_reduce(src, one, dim_size=size[dim], reduce=reduce, dim=dim), None
-        return _ArgReduce.apply(src, index, dim, out, size, reduce, one)
-    if reduce in ("sum", "add", "mean") and out is None and src.is_floating_point() and one is not None:
-        return segment_reduce(src, one, dim_size=size[dim], reduce="mean" if reduce == "mean" else "sum",
-                              dim=dim), None
+        if not need_arg and out is None and one is not None and not needs_grad:
+            if src.is_floating_point():
+                return segment_reduce(src, one, dim_size=size[dim], reduce=reduce, dim=dim, sorted=is_sorted), None
+            return segment_arg_reduce(src, one, None, size[dim], reduce, dim, sorted=is_sorted)[0], None
+        return _ArgReduce.apply(src, index, dim, out, size, reduce, None if one is None else (one, None, is_sorted))
+    if out is None and one is not None:
+        if reduce in ("sum", "add", "mean") and src.is_floating_point():
+            return segment_reduce(src, one, dim_size=size[dim], reduce="mean" if reduce == "mean" else "sum",
+                                  dim=dim, sorted=is_sorted), None
+        if reduce == "mul" and not needs_grad:
+            return segment_arg_reduce(src, one, None, size[dim], "mul", dim, sorted=is_sorted)[0], None
     index_b = broadcast(index, src, dim)
     if reduce == "mul":
         base = out if out is not None else src.new_ones(size)
@@ -228,10 +244,16 @@ def _rows_of(indptr: Tensor, src: Tensor) -> Tuple[Tensor, int, int]:
 
 
 def _segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str, need_arg: bool = True):
-    rows, dim, V = _rows_of(indptr, src)
-    result, arg = _scatter(src, rows, dim, None, V + 1, reduce, need_arg)
-    result = result.narrow(dim, 0, V)
-    arg = arg.narrow(dim, 0, V) if arg is not None else None
+    if indptr.dim() == 1 and indptr.numel() > 0 and reduce in ("min", "max"):  # the kernel reads the pointer as it is
+        size = list(src.size())
+        size[0] = indptr.numel() - 1
+        dim = 0
+        result, arg = _ArgReduce.apply(src, None, dim, None, size, reduce, (None, indptr, None))
+    else:
+        rows, dim, V = _rows_of(indptr, src)
+        result, arg = _scatter(src, rows, dim, None, V + 1, reduce, need_arg)
+        result = result.narrow(dim, 0, V)
+        arg = arg.narrow(dim, 0, V) if arg is not None else None
     if out is not None:  # the CSR family writes its result into out
         result = out.copy_(result)
     return result, arg
@@ -290,7 +312,7 @@ def _coo(src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[i
     dim = index.dim() - 1
     if out is None and dim_size is None:
         dim_size = int(index.max()) + 1 if index.numel() > 0 else 0
-    return _scatter(src, index, dim, out, dim_size, reduce, need_arg)
+    return _scatter(src, index, dim, out, dim_size, reduce, need_arg, is_sorted=True)
 
 
 def segment_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None, dim_size: Optional[int] = None,
@@ -376,20 +398,30 @@ def scatter_std(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor]
 def _scatter_logsumexp(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor],
                       dim_size: Optional[int], eps: float) -> Tensor:
     _floating(src, "scatter_logsumexp")
-    index = broadcast(index, src, dim)
+    dim = dim + src.dim() if dim < 0 else dim
     if out is not None:
         dim_size = out.size(dim)
     elif dim_size is None:
         dim_size = int(index.max()) + 1
+    index_b = broadcast(index, src, dim)
+    if out is None:
+        # The maxima need no gradient (the result's derivative in them is 0) and no argument. An
+        # empty segment's maximum comes as 0, not torch_scatter's -inf: its sum is 0, where any
+        # other segment with a finite maximum holds that maximum's exp(0) = 1.
+        maxima = _reduced(src.detach(), index, dim, None, dim_size, "max")
+        shifted = src - maxima.gather(dim, index_b)
+        shifted = shifted.masked_fill(torch.isnan(shifted), float("-inf"))
+        total = scatter_sum(shifted.exp(), index, dim, None, dim_size)
+        maxima = maxima.masked_fill((total == 0) & (maxima == 0), float("-inf"))
+        return total.add_(eps).log_().add_(maxima).nan_to_num_(neginf=0.0)
     size = list(src.size())
     size[dim] = dim_size
     maxima = torch.full(size, float("-inf"), dtype=src.dtype, device=src.device)
-    scatter_max(src, index, dim, maxima, dim_size=dim_size)
-    shifted = src - maxima.gather(dim, index)
+    scatter_max(src, index_b, dim, maxima, dim_size=dim_size)
+    shifted = src - maxima.gather(dim, index_b)
     shifted = shifted.masked_fill(torch.isnan(shifted), float("-inf"))
-    if out is not None:
-        out = out.sub_(maxima).exp_()
-    total = scatter_sum(shifted.exp(), index, dim, out, dim_size)
+    out = out.sub_(maxima).exp_()
+    total = scatter_sum(shifted.exp(), index_b, dim, out, dim_size)
     return total.add_(eps).log_().add_(maxima).nan_to_num_(neginf=0.0)
 
 
@@ -401,10 +433,12 @@ def scatter_logsumexp(src: Tensor, index: Tensor, dim: int = -1, out: Optional[T
 @torch.jit.ignore
 def _scatter_softmax(src: Tensor, index: Tensor, dim: int, dim_size: Optional[int]) -> Tensor:
     _floating(src, "scatter_softmax")
-    index = broadcast(index, src, dim)
-    maxima = scatter_max(src, index, dim=dim, dim_size=dim_size)[0]
-    exp = (src - maxima.gather(dim, index)).exp()
-    return exp.div(scatter_sum(exp, index, dim, dim_size=dim_size).gather(dim, index))
+    dim = dim + src.dim() if dim < 0 else dim
+    index_b = broadcast(index, src, dim)
+    # The shift by the maxima changes nothing mathematically: they need no gradient and no argument.
+    maxima = _reduced(src.detach(), index, dim, None, dim_size, "max")
+    exp = (src - maxima.gather(dim, index_b)).exp()
+    return exp.div(scatter_sum(exp, index, dim, dim_size=dim_size).gather(dim, index_b))
 
 
 def scatter_softmax(src: Tensor, index: Tensor, dim: int = -1, dim_size: Optional[int] = None) -> Tensor:
@@ -415,11 +449,12 @@ def scatter_softmax(src: Tensor, index: Tensor, dim: int = -1, dim_size: Optiona
 def _scatter_log_softmax(src: Tensor, index: Tensor, dim: int, eps: float,
                         dim_size: Optional[int]) -> Tensor:
     _floating(src, "scatter_log_softmax")
-    index = broadcast(index, src, dim)
-    maxima = scatter_max(src, index, dim=dim, dim_size=dim_size)[0]
-    shifted = src - maxima.gather(dim, index)
+    dim = dim + src.dim() if dim < 0 else dim
+    index_b = broadcast(index, src, dim)
+    maxima = _reduced(src.detach(), index, dim, None, dim_size, "max")
+    shifted = src - maxima.gather(dim, index_b)
     total = scatter_sum(shifted.exp(), index, dim, dim_size=dim_size)
-    return shifted - total.add_(eps).log_().gather(dim, index)
+    return shifted - total.add_(eps).log_().gather(dim, index_b)
 
 
 def scatter_log_softmax(src: Tensor, index: Tensor, dim: int = -1, eps: float = 1e-12,

@@ -245,19 +245,25 @@ def _(index, bound, dim, name, size_name):
 
 
 @torch.library.custom_op("pyg_fast::checked_ptr", mutates_args=())
-def _checked_ptr(ptr: Tensor, rows: Tensor, dim: int, name: str) -> Tensor:
-    """A copy of the CSR pointer ``ptr``, checked to run non-decreasing from 0 to rows.size(dim)."""
+def _checked_ptr(ptr: Tensor, rows: Tensor, dim: int, name: str, covers_all: bool = True) -> Tensor:
+    """A copy of the CSR pointer ``ptr``, checked to run non-decreasing from 0 to rows.size(dim)
+    (``covers_all``), or within [0, rows.size(dim)] (where rows outside every segment are
+    skipped, as torch_scatter's ``indptr`` allows)."""
     num_rows = rows.size(dim)
-    bad = (ptr[0] != 0) | (ptr[-1] != num_rows)
+    if covers_all:
+        bad = (ptr[0] != 0) | (ptr[-1] != num_rows)
+        message = f"pyg_fast: '{name}' must be non-decreasing from 0 to {num_rows} (the number of rows it splits)"
+    else:
+        bad = (ptr[0] < 0) | (ptr[-1] > num_rows)
+        message = f"pyg_fast: '{name}' must be non-decreasing within [0, {num_rows}] (the number of rows it splits)"
     if ptr.numel() > 1:
         bad = bad | (ptr[1:] < ptr[:-1]).any()
-    message = f"pyg_fast: '{name}' must be non-decreasing from 0 to {num_rows} (the number of rows it splits)"
     _deferred.report(bad.reshape(1).long(), [(ValueError, message)])
     return ptr.clone()
 
 
 @_checked_ptr.register_fake
-def _(ptr, rows, dim, name):
+def _(ptr, rows, dim, name, covers_all=True):
     return torch.empty_like(ptr)
 
 
@@ -336,30 +342,31 @@ def grouped_edges(dst: Tensor, num_dst: int, src: Tensor, src_bound: Tensor, nam
     return ptr, None if known_sorted else perm, src_sorted
 
 
-def ptr_layout(ptr: Tensor, rows: Tensor, dim: int, name: str = "ptr") -> SegmentLayout:
+def ptr_layout(ptr: Tensor, rows: Tensor, dim: int, name: str = "ptr", covers_all: bool = True) -> SegmentLayout:
     """A CSR pointer over the rows of ``rows`` along ``dim``, checked to run from 0 to their
-    number (cached)."""
+    number, or within it where not ``covers_all`` (cached)."""
     if ptr.dim() != 1 or ptr.numel() < 1:
         raise ValueError(f"pyg_fast: '{name}' must be a non-empty 1-D tensor, got shape {tuple(ptr.shape)}")
     ptr = as_long(ptr)
-    checked = cached(ptr, ("ptr_layout", rows.size(dim), name), lambda: _checked_ptr(ptr, rows.detach(), dim, name))
+    checked = cached(ptr, ("ptr_layout", rows.size(dim), name, covers_all),
+                     lambda: _checked_ptr(ptr, rows.detach(), dim, name, covers_all))
     return SegmentLayout(checked, None)
 
 
 def segments(index: Optional[Tensor], ptr: Optional[Tensor], rows: Tensor, dim: int, num_segments: Optional[int],
              *, index_name: str = "index", size_name: str = "dim_size",
-             is_sorted: Optional[bool] = None) -> Tuple[SegmentLayout, int]:
+             is_sorted: Optional[bool] = None, ptr_covers_all: bool = True) -> Tuple[SegmentLayout, int]:
     """The layout and number of segments of the rows of ``rows`` along ``dim`` that an op reduces,
-    from a COO ``index`` (one entry per row) or a CSR ``ptr`` (used if both are given). ``num_segments`` (the op's
-    ``size_name`` argument) defaults to what ``ptr`` says or to ``index.max() + 1`` (one host
-    synchronisation: pass it). A ``torch_geometric.Index`` says whether it is sorted where
-    ``is_sorted`` is None."""
+    from a COO ``index`` (one entry per row) or a CSR ``ptr`` (used if both are given; see
+    ``ptr_layout`` for ``ptr_covers_all``). ``num_segments`` (the op's ``size_name`` argument)
+    defaults to what ``ptr`` says or to ``index.max() + 1`` (one host synchronisation: pass it). A
+    ``torch_geometric.Index`` says whether it is sorted where ``is_sorted`` is None."""
     if ptr is not None:
         check_index_tensor(ptr, "ptr", None, rows.device)
         if num_segments is not None and num_segments != ptr.numel() - 1:
             raise ValueError(f"pyg_fast: {size_name}={num_segments} does not match 'ptr' with {ptr.numel()} "
                              f"entries (expected {size_name}={ptr.numel() - 1})")
-        return ptr_layout(ptr, rows, dim), ptr.numel() - 1
+        return ptr_layout(ptr, rows, dim, covers_all=ptr_covers_all), ptr.numel() - 1
     if index is None:
         raise ValueError(f"pyg_fast: pass '{index_name}' or 'ptr'")
     check_index_tensor(index, index_name, rows.size(dim), rows.device)

@@ -1,0 +1,46 @@
+"""Segment max/min with the row of the extremum, and segment products
+(torch.ops.pyg_fast.segment_arg_reduce): torch_scatter's semantics, which the stand-in
+(``pyg_fast.compat.torch_scatter``) needs and ``segment_reduce`` does not have."""
+import math
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from pyg_fast.ops import _layout
+from pyg_fast.ops._checks import check_dim
+
+ARG_REDUCES = ("max", "min", "mul")
+
+
+@torch.library.register_fake("pyg_fast::segment_arg_reduce")
+def _(src, ptr, perm, reduce):
+    B, F = src.size(0), src.size(2)
+    V = ptr.size(0) - 1
+    arg_shape = (0,) if reduce == "mul" else (B, V, F)
+    return src.new_empty(B, V, F), ptr.new_empty(arg_shape)
+
+
+def segment_arg_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
+                       dim_size: Optional[int] = None, reduce: str = "max", dim: int = 0,
+                       sorted: Optional[bool] = None) -> Tuple[Tensor, Optional[Tensor]]:
+    """(out, arg) of the slices of ``src`` along ``dim`` grouped by a COO ``index`` or a CSR
+    ``ptr``, any real dtype, no gradient. ``reduce="max"``/``"min"``: the extremum of every segment
+    (0 where empty) and ``arg``, the position along ``dim`` of its first occurrence
+    (``src.size(dim)`` where empty); ``"mul"``: the product (1 where empty) and ``arg`` None. A
+    ``ptr`` may cover part of the slices (it must be non-decreasing within [0, src.size(dim)]):
+    slices outside every segment are skipped. ``sorted``: whether ``index`` is sorted, if known
+    (as for ``segment_reduce``)."""
+    if reduce not in ARG_REDUCES:
+        raise ValueError(f"pyg_fast: segment_arg_reduce's reduce must be one of {ARG_REDUCES}, got {reduce!r}")
+    if (index is None) == (ptr is None):
+        raise ValueError("pyg_fast: pass exactly one of 'index' and 'ptr'")
+    if src.is_complex() or src.dtype == torch.bool:
+        raise TypeError(f"pyg_fast: segment_arg_reduce takes real values, got {src.dtype}")
+    dim = check_dim(src, dim, "src")
+    layout, dim_size = _layout.segments(index, ptr, src, dim, dim_size, is_sorted=sorted, ptr_covers_all=False)
+    shape = list(src.shape)
+    src3 = src.reshape(math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:]))
+    out, arg = torch.ops.pyg_fast.segment_arg_reduce(src3.contiguous(), layout.ptr, layout.perm, reduce)
+    shape[dim] = dim_size
+    return out.view(shape), None if reduce == "mul" else arg.view(shape)
