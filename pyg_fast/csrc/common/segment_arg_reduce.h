@@ -9,6 +9,10 @@ namespace pyg_fast {
 
 enum class ArgReduce : int { Max = 0, Min = 1, Mul = 2 };
 
+// Rows read ahead of the fold: a walk that loads one row per step waits a memory latency per row
+// (H100, 23 M edges, F = 16: 8.7 ms for the max with its argument, torch_scatter 4.6 ms).
+constexpr int kArgReduceUnroll = 4;
+
 // Reduces column `column[row * F]` over the rows at positions [begin, end) of a segment (clamped
 // to [0, E): a pointer that strays outside the rows reads nothing there), in the order of `perm`
 // (the row at position k is perm[k]; identity when null). Max/min write the first extremum met
@@ -19,25 +23,33 @@ PF_HOST_DEVICE void segment_arg_reduce_one(const scalar_t* column, int64_t F, co
                                            int64_t end, int64_t E, scalar_t* out, int64_t* arg) {
   begin = begin < 0 ? 0 : begin;
   end = end > E ? E : end;
-  if constexpr (R == ArgReduce::Mul) {
-    acc_t acc = acc_t(1);
-    for (int64_t k = begin; k < end; ++k) acc = acc * static_cast<acc_t>(column[(perm ? perm[k] : k) * F]);
-    *out = static_cast<scalar_t>(acc);
-  } else {
-    acc_t best = acc_t(0);
-    int64_t where = E;
-    for (int64_t k = begin; k < end; ++k) {
-      const int64_t row = perm ? perm[k] : k;
-      const acc_t v = static_cast<acc_t>(column[row * F]);
+  acc_t best = R == ArgReduce::Mul ? acc_t(1) : acc_t(0);
+  int64_t where = E;
+  auto fold = [&](acc_t v, int64_t row) {
+    if constexpr (R == ArgReduce::Mul) {
+      best = best * v;
+    } else {
       const bool nan_over_number = v != v && best == best;
       if (where == E || (R == ArgReduce::Max ? v > best : v < best) || nan_over_number) {
         best = v;
         where = row;
       }
     }
-    *out = static_cast<scalar_t>(best);
-    *arg = where;
+  };
+  int64_t k = begin;
+  for (; k + kArgReduceUnroll <= end; k += kArgReduceUnroll) {
+    int64_t rows[kArgReduceUnroll];
+    acc_t values[kArgReduceUnroll];
+    for (int u = 0; u < kArgReduceUnroll; ++u) rows[u] = perm ? perm[k + u] : k + u;
+    for (int u = 0; u < kArgReduceUnroll; ++u) values[u] = static_cast<acc_t>(column[rows[u] * F]);
+    for (int u = 0; u < kArgReduceUnroll; ++u) fold(values[u], rows[u]);
   }
+  for (; k < end; ++k) {
+    const int64_t row = perm ? perm[k] : k;
+    fold(static_cast<acc_t>(column[row * F]), row);
+  }
+  *out = static_cast<scalar_t>(best);
+  if constexpr (R != ArgReduce::Mul) *arg = where;
 }
 
 // Runs __VA_ARGS__ (a lambda) with the constexpr `R` bound to the runtime ArgReduce value.
