@@ -10,7 +10,7 @@ from torch_geometric.utils import add_self_loops, remove_self_loops
 
 from pyg_fast.nn import _graph
 from pyg_fast.nn._fused import FusedLayer
-from pyg_fast.ops._kernels import gather_rows, reduce_csr
+from pyg_fast.ops._kernels import gather_rows, reduce_csr, run
 from pyg_fast.ops.segment_reduce import segment_reduce
 
 # fill_value reductions of PyG's add_self_loops that run without the loops' count on the host
@@ -96,8 +96,8 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
         if alpha_dst is None:
             alpha = gather_rows(alpha_src, graph.src)
         else:  # the scores are fresh contiguous [N, H]: [N, H, 1] views are what sddmm takes
-            alpha = torch.ops.pyg_fast.sddmm(alpha_src.unsqueeze(-1), alpha_dst.unsqueeze(-1), graph.src,
-                                             _graph.destinations(graph), "add").squeeze(-1)
+            alpha = run(torch.ops.pyg_fast.sddmm, alpha_src.unsqueeze(-1), alpha_dst.unsqueeze(-1), graph.src,
+                        _graph.destinations(graph), "add").squeeze(-1)
         if has_edges:  # PyG leaves the scores of an empty graph as they are
             lin_edge = self.lin_edge
             if edge_attr is not None and lin_edge is not None:
@@ -108,7 +108,7 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
             if is_loop is not None:  # the lowest finite value: the CUDA softmax's running maximum starts at -inf
                 alpha = alpha.masked_fill(_graph.in_edge_order(is_loop, graph).unsqueeze(1),
                                           torch.finfo(alpha.dtype).min)
-            alpha = torch.ops.pyg_fast.edge_softmax(alpha.contiguous(), graph.ptr, 0)
+            alpha = run(torch.ops.pyg_fast.edge_softmax, alpha.contiguous(), graph.ptr, 0)
             alpha = F.dropout(alpha, p=self.dropout, training=self.training)
             out = reduce_csr(h_src, graph.src, graph.ptr, alpha, "sum")
         else:  # no edges (and maybe no nodes): nothing to aggregate

@@ -6,7 +6,7 @@ from torch import Tensor
 
 from pyg_fast.ops import _layout
 from pyg_fast.ops._checks import check_dim, check_float
-from pyg_fast.ops._kernels import gather_rows
+from pyg_fast.ops._kernels import gather_rows, run
 
 
 def edge_softmax(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
@@ -32,8 +32,8 @@ def edge_softmax(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tens
     moved = src.movedim(dim, 0)
     src2 = moved.reshape(num_edges, -1)
     if layout.perm is None:
-        out2 = torch.ops.pyg_fast.edge_softmax(src2.contiguous(), layout.ptr, 0)
+        out2 = run(torch.ops.pyg_fast.edge_softmax, src2.contiguous(), layout.ptr, 0)
     else:
-        out_sorted = torch.ops.pyg_fast.edge_softmax(gather_rows(src2, layout.perm).contiguous(), layout.ptr, 0)
+        out_sorted = run(torch.ops.pyg_fast.edge_softmax, gather_rows(src2, layout.perm).contiguous(), layout.ptr, 0)
         out2 = torch.empty_like(src2).index_copy(0, layout.perm, out_sorted)  # perm covers every edge
     return out2.view(moved.shape).movedim(0, dim)

@@ -4,6 +4,7 @@ from torch import Tensor
 
 from pyg_fast.ops import _layout
 from pyg_fast.ops._checks import check_float, check_index_tensor
+from pyg_fast.ops._kernels import run
 
 EDGE_OPS = ("dot", "add", "sub", "mul", "div")
 
@@ -38,5 +39,5 @@ def sddmm(a: Tensor, b: Tensor, a_index: Tensor, b_index: Tensor, op: str = "dot
     heads = a.dim() == 3
     a3 = a if heads else a.unsqueeze(1)
     b3 = b if heads else b.unsqueeze(1)
-    out = torch.ops.pyg_fast.sddmm(a3.contiguous(), b3.contiguous(), a_index, b_index, op)
+    out = run(torch.ops.pyg_fast.sddmm, a3.contiguous(), b3.contiguous(), a_index, b_index, op)
     return out if heads else out.squeeze(1)

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from pyg_fast.ops import _layout
 from pyg_fast.ops._checks import check_float, check_index_tensor
-from pyg_fast.ops._kernels import reduce_rows
+from pyg_fast.ops._kernels import reduce_rows, run
 
 
 def segment_matmul(inputs: Tensor, ptr: Tensor, other: Tensor, bias: Optional[Tensor] = None, *,
@@ -174,7 +174,7 @@ def _backward(ctx, grad: Tensor):
     grad_x = grad_other = grad_bias = None
     needs = ctx.needs_input_grad  # the registered op leaves out trailing defaulted arguments
     if needs[0]:
-        grad_x = torch.ops.pyg_fast.segment_matmul(grad, ptr, other.transpose(1, 2).contiguous(), None, None)
+        grad_x = run(torch.ops.pyg_fast.segment_matmul, grad, ptr, other.transpose(1, 2).contiguous(), None, None)
     if needs[2]:
         grad_other = torch.ops.pyg_fast.segment_matmul_weight_grad(x, ptr, grad, _use_deterministic(ctx.deterministic))
     if len(needs) > 3 and needs[3]:
