@@ -25,7 +25,7 @@ def run(op, *args):
     """``op(*args)`` for an op with ``register_autograd``; where no input needs a gradient (the
     backward's own calls, inference) in eager mode, straight to the kernel below the autograd key:
     the Python wrapper that register_autograd puts there costs 4 of a 7 us call (CPU host)."""
-    if torch.compiler.is_compiling() or torch.jit.is_tracing() or (
+    if torch.compiler.is_compiling() or torch._C._is_tracing() or (
             torch._C.is_grad_enabled() and torch._C._any_requires_grad(*args)):
         return op(*args)
     with torch._C._AutoDispatchBelowAutograd():
