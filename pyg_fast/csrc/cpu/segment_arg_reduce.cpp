@@ -2,7 +2,6 @@
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <tuple>
@@ -13,13 +12,11 @@ namespace pyg_fast::cpu {
 namespace {
 
 std::tuple<at::Tensor, at::Tensor> segment_arg_reduce(const at::Tensor& src, const at::Tensor& ptr,
-                                                      const std::optional<at::Tensor>& perm,
-                                                      c10::string_view reduce) {
-  check_segment_arg_reduce_args(src, ptr, perm);
-  const ArgReduce op = parse_arg_reduce(std::string(reduce));
+                                                      const std::optional<at::Tensor>& perm, c10::string_view reduce) {
+  const ArgReduce op = check_segment_arg_reduce_args(src, ptr, perm, reduce);
   const int64_t B = src.size(0), E = src.size(1), F = src.size(2), V = ptr.numel() - 1;
-  auto out = at::empty({B, V, F}, src.options());
-  auto arg = op == ArgReduce::Mul ? at::empty({0}, ptr.options()) : at::empty({B, V, F}, ptr.options());
+  auto outputs = segment_arg_reduce_outputs(src, ptr, op);
+  at::Tensor &out = std::get<0>(outputs), &arg = std::get<1>(outputs);
   const int64_t* p = ptr.const_data_ptr<int64_t>();
   const int64_t* order = perm.has_value() ? perm->const_data_ptr<int64_t>() : nullptr;
   AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "segment_arg_reduce", [&] {
@@ -39,7 +36,7 @@ std::tuple<at::Tensor, at::Tensor> segment_arg_reduce(const at::Tensor& src, con
       });
     });
   });
-  return {out, arg};
+  return outputs;
 }
 
 }  // namespace

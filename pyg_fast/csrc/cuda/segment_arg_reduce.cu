@@ -2,7 +2,6 @@
 #include <ATen/OpMathType.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -19,13 +18,12 @@ namespace {
 std::tuple<at::Tensor, at::Tensor> segment_arg_reduce(const at::Tensor& src, const at::Tensor& ptr,
                                                       const std::optional<at::Tensor>& perm,
                                                       c10::string_view reduce) {
-  check_segment_arg_reduce_args(src, ptr, perm);
-  const ArgReduce op = parse_arg_reduce(std::string(reduce));
+  const ArgReduce op = check_segment_arg_reduce_args(src, ptr, perm, reduce);
   const c10::cuda::CUDAGuard guard(src.device());
+  auto outputs = segment_arg_reduce_outputs(src, ptr, op);
+  at::Tensor &out = std::get<0>(outputs), &arg = std::get<1>(outputs);
+  if (out.numel() == 0) return outputs;
   const int64_t B = src.size(0), E = src.size(1), F = src.size(2), V = ptr.numel() - 1;
-  auto out = at::empty({B, V, F}, src.options());
-  auto arg = op == ArgReduce::Mul ? at::empty({0}, ptr.options()) : at::empty({B, V, F}, ptr.options());
-  if (out.numel() == 0) return {out, arg};
   const int64_t blocks = std::min<int64_t>((out.numel() + kArgReduceThreads - 1) / kArgReduceThreads, 1 << 20);
   const int64_t* order = perm.has_value() ? perm->const_data_ptr<int64_t>() : nullptr;
   auto stream = at::cuda::getCurrentCUDAStream();
@@ -38,7 +36,7 @@ std::tuple<at::Tensor, at::Tensor> segment_arg_reduce(const at::Tensor& src, con
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
-  return {out, arg};
+  return outputs;
 }
 
 }  // namespace
