@@ -24,18 +24,23 @@ def registry() -> Dict[type, type]:
 
 
 class Report(NamedTuple):
-    """What :func:`convert` did: ``replaced`` (module name, PyG class) and ``left`` (module name,
-    class, why it kept PyG's implementation)."""
+    """What :func:`convert` did: ``replaced`` (module name, PyG class), ``left`` (module name,
+    class, why it kept PyG's implementation) and ``grouped`` (the name of a traced model's
+    ModuleDict of per-type linear layers run as one segmented matmul, and the types)."""
     replaced: List[Tuple[str, str]]
     left: List[Tuple[str, str, str]]
+    grouped: List[Tuple[str, List[str]]]
 
     def __str__(self) -> str:
         rows = [(name or "<model>", cls, "replaced by pyg_fast's") for name, cls in self.replaced]
+        rows += [(name, "Linear per type", f"grouped into one segmented matmul ({', '.join(types)})")
+                 for name, types in self.grouped]
         rows += [(name or "<model>", cls, why) for name, cls, why in self.left]
         if not rows:
             return "pyg_fast.convert: the model holds no PyG layer"
         width = [max(len(r[i]) for r in rows) for i in range(2)]
-        lines = [f"pyg_fast.convert: replaced {len(self.replaced)} PyG module(s), left {len(self.left)}"]
+        grouped = f"grouped {len(self.grouped)}, " if self.grouped else ""
+        lines = [f"pyg_fast.convert: replaced {len(self.replaced)} PyG module(s), {grouped}left {len(self.left)}"]
         lines += [f"  {name:<{width[0]}}  {cls:<{width[1]}}  {what}" for name, cls, what in rows]
         return "\n".join(lines)
 
@@ -48,7 +53,9 @@ def convert(model: torch.nn.Module, filter_fn: Optional[Callable[[torch.nn.Modul
     itself is such a module).
 
     Only exact PyG classes are replaced (a user subclass may override methods the fast path
-    skips). ``filter_fn(module, name)`` may exclude modules. What was replaced and what was left,
+    skips). In a traced model (``torch_geometric.nn.to_hetero``'s), the per-type linear layers
+    that a ModuleDict holds are run as one segmented matmul where there are at least four of the
+    same shape, the layers and state dict unchanged. ``filter_fn(module, name)`` may exclude modules. What was replaced and what was left,
     with the reason, is printed (``verbose=False``: logged to the ``pyg_fast`` logger at INFO
     only) and kept as ``model.pyg_fast_report``; ``model.pyg_fast_converted`` lists the
     replaced names. A warning says so when nothing was replaced.
@@ -82,13 +89,21 @@ def convert(model: torch.nn.Module, filter_fn: Optional[Callable[[torch.nn.Modul
         return module
 
     result = visit(model, "")
-    report = Report(replaced, left)
+    grouped = []
+    if isinstance(result, torch.fx.GraphModule):  # to_hetero's models: per-type linear layers
+        from pyg_fast.hetero.linear import group_typed_linears
+        for name, types, why in group_typed_linears(result):
+            if why:
+                left.append((name, "Linear per type", why))
+            else:
+                grouped.append((name, types))
+    report = Report(replaced, left, grouped)
     if replaced and result is model:
         _keep_eager_model_when_scripted(model, [name for name, _ in replaced])
     result.pyg_fast_report = report
     result.pyg_fast_converted = [name or "<model>" for name, _ in replaced]
     (print if verbose else logger.info)(str(report))
-    if not replaced:
+    if not replaced and not grouped:
         warnings.warn("pyg_fast.convert replaced nothing: the model holds no PyG layer that pyg_fast implements "
                       "(see model.pyg_fast_report)", stacklevel=2)
     return result

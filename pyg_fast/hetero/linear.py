@@ -1,5 +1,6 @@
 """Drop-in HeteroLinear and HeteroDictLinear running on the segmented matmul."""
-from typing import Dict, List, Optional
+import operator
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch_geometric.nn as pyg_nn
@@ -49,16 +50,85 @@ class HeteroDictLinear(DropIn, pyg_nn.HeteroDictLinear):
         keys = [key for key in self.lins.keys() if key in x_dict]
         if torch.jit.is_scripting() or len(keys) < self.min_types:
             return super().forward(x_dict)
-        xs = [x_dict[key] for key in keys]
-        lins = [self.lins[key] for key in keys]
-        if (any(isinstance(lin.weight, UninitializedParameter) for lin in lins)
-                or len({(x.size(-1), x.dtype, x.device, x.dim()) for x in xs}) != 1
-                or not xs[0].is_floating_point() or xs[0].dim() != 2):
-            return super().forward(x_dict)
-        sizes = [x.size(0) for x in xs]
-        ptr = host_ptr(tuple(sizes))
-        weight = torch.stack([lin.weight.t() for lin in lins])
-        bias = torch.stack([lin.bias for lin in lins]) if lins[0].bias is not None else None
-        x, weight, bias = autocast_operands(torch.cat(xs), weight, bias)
-        outs = segment_matmul(x, ptr, weight, bias).split(sizes)
-        return dict(zip(keys, outs))
+        return dict(zip(keys, grouped_linear([self.lins[key] for key in keys], [x_dict[key] for key in keys])))
+
+
+def grouped_linear(lins: List[torch.nn.Module], xs: List[Tensor]) -> List[Tensor]:
+    """``[lin(x) for lin, x in zip(lins, xs)]`` for linear layers (``weight`` [out, in], ``bias``)
+    as one segmented matmul where the inputs share their feature size, dtype and device (the
+    pointer comes from the tensor sizes: no sync), else one GEMM each."""
+    if (any(isinstance(lin.weight, UninitializedParameter) for lin in lins)
+            or len({(x.size(-1), x.dtype, x.device, x.dim()) for x in xs}) != 1
+            or len({(lin.weight.shape, lin.bias is None) for lin in lins}) != 1
+            or not xs[0].is_floating_point() or xs[0].dim() != 2):
+        return [lin(x) for lin, x in zip(lins, xs)]
+    sizes = [x.size(0) for x in xs]
+    ptr = host_ptr(tuple(sizes))
+    weight = torch.stack([lin.weight.t() for lin in lins])
+    bias = torch.stack([lin.bias for lin in lins]) if lins[0].bias is not None else None
+    x, weight, bias = autocast_operands(torch.cat(xs), weight, bias)
+    return list(segment_matmul(x, ptr, weight, bias).split(sizes))
+
+
+def _run_grouped(lins: torch.nn.ModuleDict, keys: Tuple[str, ...], *xs: Tensor) -> Tuple[Tensor, ...]:
+    """The call a grouping puts into a traced model: the layers ``lins[key]`` of the model's own
+    ModuleDict (read through the graph, so a copy of the model uses its own layers)."""
+    return tuple(grouped_linear([lins[key] for key in keys], list(xs)))
+
+
+def group_typed_linears(model: torch.fx.GraphModule) -> List[Tuple[str, List[str], str]]:
+    """Rewrites the per-type calls of a traced model's linear layers (what ``to_hetero`` makes of a
+    ``Linear``: a ModuleDict with one layer per node or edge type, each called once) into one call
+    that runs them as a segmented matmul (``grouped_linear``). The layers and the state dict stay
+    as they are. Returns (ModuleDict name, the types grouped, '' or why it was left) per
+    candidate."""
+    nodes = list(model.graph.nodes)
+    position = {node: i for i, node in enumerate(nodes)}
+    calls: Dict[str, List[torch.fx.Node]] = {}
+    for node in nodes:
+        if node.op == "call_module" and "." in node.target:
+            calls.setdefault(node.target.rsplit(".", 1)[0], []).append(node)
+    done = []
+    for parent, members in calls.items():
+        owner = model.get_submodule(parent)
+        if not isinstance(owner, torch.nn.ModuleDict):
+            continue
+        keys = [node.target.rsplit(".", 1)[1] for node in members]
+        layers = [owner[key] for key in keys]
+        if len(members) < 2 or not all(type(lin) in (torch.nn.Linear, pyg_nn.Linear) for lin in layers):
+            continue
+        why = ""
+        if len(members) < HeteroDictLinear.min_types:
+            why = f"{len(members)} types: one GEMM per type is as fast below {HeteroDictLinear.min_types}"
+        elif len(set(keys)) != len(keys):
+            why = "a layer is called more than once"
+        elif any(isinstance(lin.weight, UninitializedParameter) for lin in layers):
+            why = "lazily initialised layers (run the model once before convert)"
+        elif len({(lin.weight.shape, lin.bias is None) for lin in layers}) != 1:
+            why = "the layers differ in shape"
+        elif any(len(node.args) != 1 or node.kwargs or not isinstance(node.args[0], torch.fx.Node) for node in members):
+            why = "a call with other arguments than one tensor"
+        else:
+            last = max(position[node.args[0]] for node in members)
+            if any(position[user] <= last for node in members for user in node.users):
+                why = "a layer's output is used before another layer's input exists"
+        done.append((parent, keys, why))
+        if why:
+            continue
+        graph = model.graph
+        with graph.inserting_after(nodes[last]):
+            lins = graph.get_attr(parent)
+        with graph.inserting_after(lins):
+            grouped = graph.call_function(_run_grouped, (lins, tuple(keys)) + tuple(node.args[0] for node in members))
+        anchor = grouped
+        for i, node in enumerate(members):
+            with graph.inserting_after(anchor):
+                anchor = graph.call_function(operator.getitem, (grouped, i))
+            node.replace_all_uses_with(anchor)
+            graph.erase_node(node)
+        nodes = list(graph.nodes)
+        position = {node: i for i, node in enumerate(nodes)}
+    if any(not why for _, _, why in done):
+        model.graph.lint()
+        model.recompile()
+    return done

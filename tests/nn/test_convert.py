@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 import torch
 import torch_geometric.nn as pyg_nn
@@ -88,3 +90,94 @@ def test_scripting_keeps_the_eager_model_and_matches_it():
     assert [type(m) for m in model.modules()] == before  # still pyg_fast's layers
     x, ei = torch.randn(40, 16), random_graph(40, 300)
     torch.testing.assert_close(scripted(x, ei), model(x, ei), rtol=1e-5, atol=1e-5)
+
+
+def hetero_graph(types, edge_types, num_features=8):
+    x = {t: torch.randn(12 + 3 * i, num_features) for i, t in enumerate(types)}
+    edges = {et: torch.stack([torch.randint(0, x[et[0]].size(0), (40,)), torch.randint(0, x[et[2]].size(0), (40,))])
+             for et in edge_types}
+    return x, edges
+
+
+class Homogeneous(torch.nn.Module):
+    def __init__(self, conv):
+        super().__init__()
+        self.conv = conv
+        self.lin = pyg_nn.Linear(16, 3)
+
+    def forward(self, x, edge_index):
+        return self.lin(self.conv(x, edge_index).relu())
+
+
+def assert_same_outputs_and_gradients(stock, fast, x, edges):
+    x_fast = {t: v.clone().requires_grad_() for t, v in x.items()}
+    x_stock = {t: v.clone().requires_grad_() for t, v in x.items()}
+    out_stock, out_fast = stock(x_stock, edges), fast(x_fast, edges)
+    assert out_stock.keys() == out_fast.keys()
+    seed = {t: torch.randn_like(v) for t, v in out_stock.items()}
+    sum((out_stock[t] * seed[t]).sum() for t in seed).backward()
+    sum((out_fast[t] * seed[t]).sum() for t in seed).backward()
+    for t in seed:
+        torch.testing.assert_close(out_fast[t], out_stock[t], rtol=1e-5, atol=1e-5)
+    for t in x:
+        torch.testing.assert_close(x_fast[t].grad, x_stock[t].grad, rtol=1e-5, atol=1e-5)
+    stock_grads = dict(stock.named_parameters())
+    for name, p in fast.named_parameters():
+        torch.testing.assert_close(p.grad, stock_grads[name].grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("conv", ["sage", "gat"])
+def test_convert_to_hetero_groups_the_per_type_linears(conv):
+    types = ["a", "b", "c", "d"]
+    edge_types = [("a", "to", "b"), ("b", "to", "a"), ("c", "to", "d"), ("d", "to", "c"), ("a", "to", "c"),
+                  ("b", "to", "d"), ("d", "to", "a"), ("c", "to", "b")]
+    layer = pyg_nn.SAGEConv((-1, -1), 16) if conv == "sage" else pyg_nn.GATConv((-1, -1), 16, add_self_loops=False)
+    stock = pyg_nn.to_hetero(Homogeneous(layer), (types, edge_types), aggr="sum")
+    x, edges = hetero_graph(types, edge_types)
+    stock(x, edges)  # initialises the lazy layers
+    fast = pyg_fast.convert(copy.deepcopy(stock))
+    assert fast.pyg_fast_report.grouped == [("lin", types)]
+    assert len(fast.pyg_fast_report.replaced) == len(edge_types)
+    assert list(fast.state_dict()) == list(stock.state_dict())
+    with PygFastOps() as mode:
+        assert_same_outputs_and_gradients(stock, fast, x, edges)
+    assert "segment_matmul" in mode.ops
+    twin = copy.deepcopy(fast)  # a copy runs its own layers
+    with torch.no_grad():
+        twin.lin["a"].weight.add_(1.0)
+    assert not torch.allclose(twin(x, edges)["a"], fast(x, edges)["a"])
+
+
+def test_convert_to_hetero_leaves_fewer_than_four_types_ungrouped():
+    types, edge_types = ["a", "b"], [("a", "to", "b"), ("b", "to", "a")]
+    stock = pyg_nn.to_hetero(Homogeneous(pyg_nn.SAGEConv((-1, -1), 16)), (types, edge_types), aggr="sum")
+    x, edges = hetero_graph(types, edge_types)
+    stock(x, edges)
+    fast = pyg_fast.convert(copy.deepcopy(stock))
+    assert fast.pyg_fast_report.grouped == []
+    assert ("lin", "Linear per type", "2 types: one GEMM per type is as fast below 4") in fast.pyg_fast_report.left
+    assert_same_outputs_and_gradients(stock, fast, x, edges)
+
+
+def test_convert_hetero_conv_model():
+    types = ["a", "b", "c"]
+    edge_types = [("a", "to", "b"), ("b", "to", "a"), ("c", "to", "a"), ("b", "to", "c")]
+
+    class HeteroSAGE(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = pyg_nn.HeteroConv({et: pyg_nn.SAGEConv((-1, -1), 16) for et in edge_types}, aggr="sum")
+            self.lin = torch.nn.ModuleDict({t: pyg_nn.Linear(16, 3) for t in types})
+
+        def forward(self, x, edges):
+            return {t: self.lin[t](h.relu()) for t, h in self.conv(x, edges).items()}
+
+    stock = HeteroSAGE()
+    x, edges = hetero_graph(types, edge_types)
+    stock(x, edges)
+    fast = pyg_fast.convert(copy.deepcopy(stock))
+    assert [name for name, _ in fast.pyg_fast_report.replaced] == [f"conv.convs.{key}" for key in stock.conv.convs]
+    assert len(fast.pyg_fast_report.replaced) == len(edge_types)
+    with PygFastOps() as mode:
+        assert_same_outputs_and_gradients(stock, fast, x, edges)
+    assert "index_segment_reduce" in mode.ops
