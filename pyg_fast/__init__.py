@@ -16,6 +16,7 @@ from pyg_fast.ops import (  # noqa: E402
     index_weight_segment_reduce,
     gather_segment_matmul,
     sddmm,
+    segment_arg_reduce,
     segment_matmul,
     segment_reduce,
 )
@@ -54,6 +55,6 @@ def show_config() -> str:
     return text
 
 
-__all__ = ["convert", "patch", "config", "check_errors", "nn", "hetero", "aggr", "edge_softmax", "segment_reduce", "index_segment_reduce", "index_weight_segment_reduce", "sddmm",
+__all__ = ["convert", "patch", "config", "check_errors", "nn", "hetero", "aggr", "edge_softmax", "segment_reduce", "segment_arg_reduce", "index_segment_reduce", "index_weight_segment_reduce", "sddmm",
            "segment_matmul", "gather_segment_matmul",
            "show_config", "cuda_arch_list"]
