@@ -25,7 +25,7 @@ def segment_arg_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optiona
                        dim_size: Optional[int] = None, reduce: str = "max", dim: int = 0,
                        sorted: Optional[bool] = None) -> Tuple[Tensor, Optional[Tensor]]:
     """(out, arg) of the slices of ``src`` along ``dim`` grouped by a COO ``index`` or a CSR
-    ``ptr``, any real dtype, no gradient. ``reduce="max"``/``"min"``: the extremum of every segment
+    ``ptr``, any real dtype, no gradient (an input that requires one raises). ``reduce="max"``/``"min"``: the extremum of every segment
     (0 where empty) and ``arg``, the position along ``dim`` of its first occurrence
     (``src.size(dim)`` where empty); ``"mul"``: the product (1 where empty) and ``arg`` None. A
     ``ptr`` may cover part of the slices (it must be non-decreasing within [0, src.size(dim)]):
@@ -37,6 +37,9 @@ def segment_arg_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optiona
         raise ValueError("pyg_fast: pass exactly one of 'index' and 'ptr'")
     if src.is_complex() or src.dtype == torch.bool:
         raise TypeError(f"pyg_fast: segment_arg_reduce takes real values, got {src.dtype}")
+    if torch.is_grad_enabled() and src.requires_grad:
+        raise RuntimeError("pyg_fast: segment_arg_reduce has no gradient; segment_reduce's max/min split it among "
+                           "tied extrema, pyg_fast.compat.torch_scatter's scatter_max/min send it to the argument")
     dim = check_dim(src, dim, "src")
     layout, dim_size = _layout.segments(index, ptr, src, dim, dim_size, is_sorted=sorted, ptr_covers_all=False)
     shape = list(src.shape)

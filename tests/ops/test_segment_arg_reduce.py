@@ -91,6 +91,8 @@ def test_bad_inputs_raise_clear_errors():
         segment_arg_reduce(src, ptr=torch.tensor([0, 7]))
     with pytest.raises(ValueError, match=r"non-decreasing within \[0, 6\]"):
         segment_arg_reduce(src, ptr=torch.tensor([0, 4, 2]))
+    with pytest.raises(RuntimeError, match="no gradient"):
+        segment_arg_reduce(src.requires_grad_(), ptr=torch.tensor([0, 6]))
 
 
 @pytest.mark.parametrize("device", DEVICES)
