@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from pyg_fast.ops import _layout
+from pyg_fast.ops.edge_softmax import edge_softmax
 from pyg_fast.ops.segment_arg_reduce import segment_arg_reduce
 from pyg_fast.ops.segment_reduce import segment_reduce
 
@@ -451,6 +452,13 @@ def scatter_logsumexp(src: Tensor, index: Tensor, dim: int = -1, out: Optional[T
 def _scatter_softmax(src: Tensor, index: Tensor, dim: int, dim_size: Optional[int]) -> Tensor:
     _floating(src, "scatter_softmax")
     dim = dim + src.dim() if dim < 0 else dim
+    one = _one_index(index, src, dim)
+    # On CUDA the fused kernel (its 1e-16 in the sum is below float64's resolution of 1): on
+    # arxiv_like it ran 4.5x (a new index) to 12x (a reused one) PyG's composed softmax (H200). On
+    # the CPU the composition below: 447 against 705 us (10 k edges x 16, one thread), where the
+    # fused path gathers the rows into and out of destination order.
+    if one is not None and src.is_cuda:
+        return edge_softmax(src, one, num_nodes=dim_size, dim=dim)
     index_b = broadcast(index, src, dim)
     # The shift by the maxima changes nothing mathematically: they need no gradient and no argument.
     maxima = _reduced(src.detach(), index, dim, None, dim_size, "max")

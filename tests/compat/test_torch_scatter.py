@@ -150,8 +150,10 @@ def test_csr_family_overwrites_out_and_takes_an_empty_indptr():
     assert compat.gather_csr(torch.tensor([[1.0], [2.0], [3.0]]), indptr).flatten().tolist() == [1, 1, 3, 3, 3]
 
 
-def test_composites_match_their_definitions():
-    src, index = torch.randn(9, 2), torch.tensor([0, 0, 1, 1, 1, 2, 2, 2, 2])
+@pytest.mark.parametrize("device", DEVICES)
+def test_composites_match_their_definitions(device):
+    src = torch.randn(9, 2, device=device)
+    index = torch.tensor([2, 0, 1, 0, 1, 2, 1, 2, 2], device=device)  # unsorted; empty slot 3 below
     for i in range(3):
         rows = src[index == i].double()
         assert_close(compat.scatter_std(src, index, dim=0)[i], rows.var(0, unbiased=True).sqrt(),
@@ -159,6 +161,14 @@ def test_composites_match_their_definitions():
         assert_close(compat.scatter_logsumexp(src, index, dim=0)[i], rows.logsumexp(0), torch.float32)
         assert_close(compat.scatter_softmax(src, index, dim=0)[index == i], rows.softmax(0), torch.float32)
         assert_close(compat.scatter_log_softmax(src, index, dim=0)[index == i], rows.log_softmax(0), torch.float32)
+    assert compat.scatter_logsumexp(src, index, dim=0, dim_size=4)[3].abs().sum() == 0
+    leaf, seed = src.clone().requires_grad_(), torch.randn_like(src)
+    (compat.scatter_softmax(leaf, index, dim=0) * seed).sum().backward()
+    wide = src.double().requires_grad_()
+    expected = torch.cat([wide[index == i].softmax(0) for i in range(3)])
+    order = torch.cat([torch.nonzero(index == i).flatten() for i in range(3)])
+    (expected * seed.double()[order]).sum().backward()
+    assert_close(leaf.grad, wide.grad, torch.float32)
 
 
 def test_every_name_scripts():

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "../ops/edge_softmax.h"
@@ -53,12 +54,22 @@ at::Tensor edge_softmax(const at::Tensor& src, const at::Tensor& ptr, int64_t la
       std::fill(sum, sum + H, acc_t(0));
       for (int64_t e = lo; e < hi; ++e)
         for (int64_t h = 0; h < H; ++h) max[h] = std::max(max[h], static_cast<acc_t>(s[e * H + h]));
+      // Where the output holds the accumulation type (float32, float64), each exp is computed once
+      // and kept there until it is scaled: the exps are most of the time (10 k edges x 16 heads,
+      // one thread: 822 -> 487 us); float16/bfloat16 outputs would round them, so they recompute.
+      constexpr bool keep = std::is_same_v<acc_t, scalar_t>;
       for (int64_t e = lo; e < hi; ++e)
-        for (int64_t h = 0; h < H; ++h) sum[h] += std::exp(static_cast<acc_t>(s[e * H + h]) - max[h]);
+        for (int64_t h = 0; h < H; ++h) {
+          const acc_t x = std::exp(static_cast<acc_t>(s[e * H + h]) - max[h]);
+          if constexpr (keep) o[e * H + h] = x;
+          sum[h] += x;
+        }
       for (int64_t h = 0; h < H; ++h) sum[h] = acc_t(1) / (sum[h] + acc_t(1e-16));
       for (int64_t e = lo; e < hi; ++e)
-        for (int64_t h = 0; h < H; ++h)
-          o[e * H + h] = static_cast<scalar_t>(std::exp(static_cast<acc_t>(s[e * H + h]) - max[h]) * sum[h]);
+        for (int64_t h = 0; h < H; ++h) {
+          const acc_t x = keep ? static_cast<acc_t>(o[e * H + h]) : std::exp(static_cast<acc_t>(s[e * H + h]) - max[h]);
+          o[e * H + h] = static_cast<scalar_t>(x * sum[h]);
+        }
     });
   });
   return out;
