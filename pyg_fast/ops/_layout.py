@@ -312,9 +312,13 @@ def coo_layout(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None, n
         ptr, perm, _ = csr_layout(index, dim_size, known_sorted, None, None, f"{name}|{size_name}||", index)
         return SegmentLayout(ptr, None if known_sorted else perm)
 
-    layout = cached(index, ("coo_layout", dim_size, is_sorted, name), compute)
+    # [layout, settled]: settled once the probe below has answered, after which a call costs one
+    # lookup instead of three (and no poll of the pending checks for each)
+    entry = cached(index, ("coo_layout", dim_size, is_sorted, name), lambda: [compute(), False])
+    layout = entry[0]
     # eager() first: under tracing an index's size may be symbolic, and it must not be branched on
-    if layout.perm is None or not eager(index) or readable(index) or _deferred._capturing() or index.numel() == 0:
+    if entry[1] or layout.perm is None or not eager(index) or readable(index) or _deferred._capturing() or (
+            index.numel() == 0):
         return layout
     # An index the device sorted may have been sorted already (graphs stored by destination):
     # its permutation is then the identity, and gathering rows through it reads 8 bytes more per
@@ -327,7 +331,10 @@ def coo_layout(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None, n
         return layout
     found = cached(index, ("found_sorted", dim_size),
                    lambda: _deferred.HostValue(_sorted_in_range(index, dim_size))).get()
-    return SegmentLayout(layout.ptr, None) if found is not None and found[0] else layout
+    if found is None:
+        return layout
+    entry[0], entry[1] = (SegmentLayout(layout.ptr, None) if found[0] else layout), True
+    return entry[0]
 
 
 def _sorted_in_range(index: Tensor, dim_size: int) -> Tensor:

@@ -116,15 +116,21 @@ def test_reused_index_found_sorted_is_read_directly(monkeypatch):
         def get(self):
             return self.values
 
+    probes = []
+    use_count = _layout.use_count
     monkeypatch.setattr(_layout, "readable", lambda tensor: False)  # as on CUDA
     monkeypatch.setattr(_deferred, "HostValue", Landed)
+    monkeypatch.setattr(_layout, "use_count", lambda tensor, key: probes.append(key) or use_count(tensor, key))
     for index, found_sorted in ((torch.sort(torch.randint(0, 20, (200,))).values, True),
                                 (torch.randint(0, 20, (200,)), False)):
         src = torch.randn(200, 8)
         expected = scatter_reference(src, index, 20, "sum")
-        for use in range(1, _layout.REUSED_FROM_USE + 2):
+        for use in range(1, _layout.REUSED_FROM_USE + 3):
+            probes.clear()
             layout = _layout.coo_layout(index, 20)
             assert (layout.perm is None) == (found_sorted and use >= _layout.REUSED_FROM_USE)
+            # once answered, the probe is not consulted again
+            assert bool(probes) == (use <= _layout.REUSED_FROM_USE)
             torch.testing.assert_close(_kernels.reduce_rows(src.unsqueeze(0), layout, "sum")[0],
                                        expected.float(), rtol=1e-5, atol=1e-5)
 
