@@ -19,7 +19,7 @@ def registry() -> Dict[type, type]:
     """PyG class -> the pyg_fast class that replaces it."""
     from pyg_fast import hetero, nn
     classes = (nn.GCNConv, nn.GINConv, nn.SAGEConv, nn.GATConv, hetero.RGCNConv, hetero.FastRGCNConv,
-               hetero.RGATConv, hetero.HGTConv, hetero.HeteroLinear, hetero.HeteroDictLinear)
+               hetero.RGATConv, hetero.HGTConv, hetero.HeteroLinear, hetero.HeteroDictLinear, hetero.HeteroConv)
     return {cls._pyg_class(): cls for cls in classes}
 
 

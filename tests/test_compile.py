@@ -136,6 +136,12 @@ def hetero_cases():
              ("a", "self", "a"): torch.randint(0, n, (2, 3 * n))}
         return x, e
     meta = (["a", "b"], [("a", "to", "b"), ("b", "to", "a"), ("a", "self", "a")])
+    hetero_edges = [("a", "to", "b"), ("b", "to", "a"), ("a", "self", "a"), ("b", "self", "b")]
+
+    def hetero_sage(n):  # four edge types: the grouped path
+        x, e = hgt(n)
+        e[("b", "self", "b")] = torch.randint(0, n + 3, (2, 2 * n))
+        return x, e
     return [("rgcn", lambda: fast.RGCNConv(16, 8, 3), relational),
             ("fast_rgcn", lambda: fast.FastRGCNConv(16, 8, 3, num_bases=2), relational),
             ("rgat", lambda: fast.RGATConv(16, 8, 3), relational),
@@ -143,14 +149,16 @@ def hetero_cases():
              lambda n: (torch.randn(n, 16, requires_grad=True), torch.randint(0, 3, (n,)))),
             ("hetero_dict_linear", lambda: fast.HeteroDictLinear(16, 8, types=list("abcd")),
              lambda n: ({k: torch.randn(n, 16, requires_grad=True) for k in "abcd"},)),
-            ("hgt", lambda: fast.HGTConv(16, 16, meta, heads=2), hgt)]
+            ("hgt", lambda: fast.HGTConv(16, 16, meta, heads=2), hgt),
+            ("hetero_conv", lambda: pyg_fast.convert(pyg_nn.HeteroConv(
+                {et: pyg_nn.SAGEConv((16, 16), 8) for et in hetero_edges}), verbose=False), hetero_sage)]
 
 
 def flat(out):
     return torch.cat([v for _, v in sorted(out.items())]) if isinstance(out, dict) else out
 
 
-@pytest.mark.parametrize("case", range(6))
+@pytest.mark.parametrize("case", range(7))
 def test_hetero_layer_compiles_without_breaks(case):
     """The heterogeneous layers (CPU): one graph for graphs of three sizes, eager's outputs and
     parameter gradients."""

@@ -10,7 +10,8 @@ from pyg_fast.hetero.linear import HeteroDictLinear, HeteroLinear
 from pyg_fast.hetero.rgcn_conv import FastRGCNConv, RelationSlice, RGCNConv
 from pyg_fast.hetero.rgat_conv import RGATConv
 from pyg_fast.hetero.hgt_conv import HGTConv
+from pyg_fast.hetero.hetero_conv import HeteroConv
 from pyg_fast.hetero.module_wrapper import FastenModule, HeteroModuleWrapper
 
 __all__ = ["TensorSlice", "RelationSlice", "HeteroModuleWrapper", "FastenModule", "RGCNConv", "FastRGCNConv",
-           "RGATConv", "HGTConv", "HeteroLinear", "HeteroDictLinear"]
+           "RGATConv", "HGTConv", "HeteroLinear", "HeteroDictLinear", "HeteroConv"]
