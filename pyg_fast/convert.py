@@ -33,7 +33,7 @@ class Report(NamedTuple):
 
     def __str__(self) -> str:
         rows = [(name or "<model>", cls, "replaced by pyg_fast's") for name, cls in self.replaced]
-        rows += [(name, "Linear per type", f"grouped into one segmented matmul ({', '.join(types)})")
+        rows += [(name, "Linear per type", f"grouped into one segmented matmul on CUDA ({', '.join(types)})")
                  for name, types in self.grouped]
         rows += [(name or "<model>", cls, why) for name, cls, why in self.left]
         if not rows:

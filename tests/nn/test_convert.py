@@ -126,8 +126,14 @@ def assert_same_outputs_and_gradients(stock, fast, x, edges):
         torch.testing.assert_close(p.grad, stock_grads[name].grad, rtol=1e-5, atol=1e-5)
 
 
+@pytest.fixture
+def grouped_on_cpu(monkeypatch):
+    """The grouped path on the CPU too (by default CUDA's alone: see HeteroDictLinear)."""
+    monkeypatch.setattr(pyg_fast.hetero.HeteroDictLinear, "grouped_devices", ("cpu", "cuda"))
+
+
 @pytest.mark.parametrize("conv", ["sage", "gat"])
-def test_convert_to_hetero_groups_the_per_type_linears(conv):
+def test_convert_to_hetero_groups_the_per_type_linears(conv, grouped_on_cpu):
     types = ["a", "b", "c", "d"]
     edge_types = [("a", "to", "b"), ("b", "to", "a"), ("c", "to", "d"), ("d", "to", "c"), ("a", "to", "c"),
                   ("b", "to", "d"), ("d", "to", "a"), ("c", "to", "b")]
@@ -159,10 +165,13 @@ def test_convert_to_hetero_leaves_fewer_than_four_types_ungrouped():
     assert_same_outputs_and_gradients(stock, fast, x, edges)
 
 
-@pytest.mark.parametrize("num_edge_types", [4, 3])
-def test_convert_hetero_conv_model(num_edge_types):
-    """HeteroConv of SAGE convolutions: with four edge types their linear layers run as segmented
-    matmuls, with three each convolution runs as PyG's HeteroConv calls it; both as stock."""
+@pytest.mark.parametrize("num_edge_types,on_cpu", [(4, True), (4, False), (3, True)])
+def test_convert_hetero_conv_model(num_edge_types, on_cpu, monkeypatch):
+    """HeteroConv of SAGE convolutions: with four edge types on a grouping device their linear
+    layers run as segmented matmuls, else each convolution runs as PyG's HeteroConv calls it;
+    both as stock."""
+    if on_cpu:
+        monkeypatch.setattr(pyg_fast.hetero.HeteroDictLinear, "grouped_devices", ("cpu", "cuda"))
     types = ["a", "b", "c"]
     edge_types = [("a", "to", "b"), ("b", "to", "a"), ("c", "to", "a"), ("b", "to", "c")][:num_edge_types]
 
@@ -185,4 +194,4 @@ def test_convert_hetero_conv_model(num_edge_types):
     with PygFastOps() as mode:
         assert_same_outputs_and_gradients(stock, fast, x, edges)
     assert "index_segment_reduce" in mode.ops
-    assert ("segment_matmul" in mode.ops) == (num_edge_types >= 4)
+    assert ("segment_matmul" in mode.ops) == (num_edge_types >= 4 and on_cpu)
