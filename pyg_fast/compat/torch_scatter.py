@@ -78,9 +78,7 @@ class _ArgReduce(torch.autograd.Function):
     def forward(ctx, src, index, dim, out, size, reduce, segments):
         E = src.size(dim)
         if out is None and segments is not None:
-            one, indptr, is_sorted = segments
-            values, arg = segment_arg_reduce(src, one, indptr, None if indptr is not None else size[dim], reduce,
-                                             dim, sorted=is_sorted)
+            values, arg = _arg_kernel(src, dim, size, reduce, segments)
         else:
             index_b = broadcast(index, src, dim)
             if out is None:
@@ -109,6 +107,23 @@ class _ArgReduce(torch.autograd.Function):
         return grad.narrow(ctx.dim, 0, ctx.src_shape[ctx.dim]), None, None, None, None, None, None
 
 
+def _arg_kernel(src: Tensor, dim: int, size: list, reduce: str, segments: Tuple) -> Tuple[Tensor, Tensor]:
+    """min/max and their argument on ``segment_arg_reduce`` over ``segments`` (a 1-D index or
+    indptr along ``dim``, and whether the index is known sorted)."""
+    one, indptr, is_sorted = segments
+    return segment_arg_reduce(src, one, indptr, None if indptr is not None else size[dim], reduce, dim,
+                              sorted=is_sorted)
+
+
+def _extremum(src: Tensor, index: Optional[Tensor], dim: int, size: list, reduce: str,
+              segments: Tuple) -> Tuple[Tensor, Tensor]:
+    """``_arg_kernel``, through ``_ArgReduce`` only where a gradient is needed (the
+    autograd.Function costs 10 us a call)."""
+    if torch.is_grad_enabled() and src.requires_grad:
+        return _ArgReduce.apply(src, index, dim, None, size, reduce, segments)
+    return _arg_kernel(src, dim, size, reduce, segments)
+
+
 def _scatter(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int],
              reduce: str, need_arg: bool = True, is_sorted: Optional[bool] = None
              ) -> Tuple[Tensor, Optional[Tensor]]:
@@ -123,12 +138,12 @@ def _scatter(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_si
     one = _one_index(index, src, dim)
     needs_grad = torch.is_grad_enabled() and src.requires_grad
     if reduce in ("min", "max"):
-        if out is None and one is not None and not needs_grad:  # no autograd.Function: 10 us less per call
-            if not need_arg and src.is_floating_point():
-                return segment_reduce(src, one, dim_size=size[dim], reduce=reduce, dim=dim, sorted=is_sorted), None
-            values, arg = segment_arg_reduce(src, one, None, size[dim], reduce, dim, sorted=is_sorted)
-            return values, arg if need_arg else None
-        return _ArgReduce.apply(src, index, dim, out, size, reduce, None if one is None else (one, None, is_sorted))
+        if out is not None or one is None:
+            return _ArgReduce.apply(src, index, dim, out, size, reduce, None)
+        if not need_arg and not needs_grad and src.is_floating_point():
+            return segment_reduce(src, one, dim_size=size[dim], reduce=reduce, dim=dim, sorted=is_sorted), None
+        values, arg = _extremum(src, index, dim, size, reduce, (one, None, is_sorted))
+        return values, arg if need_arg else None
     if out is None and one is not None:
         if reduce in ("sum", "add", "mean") and src.is_floating_point():
             return segment_reduce(src, one, dim_size=size[dim], reduce="mean" if reduce == "mean" else "sum",
@@ -251,10 +266,7 @@ def _segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str
         size = list(src.size())
         size[0] = indptr.numel() - 1
         dim = 0
-        if torch.is_grad_enabled() and src.requires_grad:
-            result, arg = _ArgReduce.apply(src, None, dim, None, size, reduce, (None, indptr, None))
-        else:
-            result, arg = segment_arg_reduce(src, None, indptr, None, reduce, dim)
+        result, arg = _extremum(src, None, dim, size, reduce, (None, indptr, None))
     else:
         rows, dim, V = _rows_of(indptr, src)
         result, arg = _scatter(src, rows, dim, None, V + 1, reduce, need_arg)
