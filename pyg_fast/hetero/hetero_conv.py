@@ -14,11 +14,11 @@ from pyg_fast.hetero.linear import HeteroDictLinear, grouped_linear
 class HeteroConv(DropIn, pyg_nn.HeteroConv):
     r"""PyG's :class:`~torch_geometric.nn.HeteroConv` (same arguments, state and results). Where
     its convolutions are pyg_fast :class:`~pyg_fast.nn.SAGEConv` layers of one shape (at least
-    four edge types, a root weight, no projection or normalisation), it is called with node
-    features and edges alone, and they lie on a device of ``HeteroDictLinear.grouped_devices``
-    (CUDA), each edge type's neighbours are aggregated by the kernels and the
-    edge types' linear layers run as two segmented matmuls (neighbours, roots) instead of two
-    GEMMs per edge type; otherwise PyG's forward calls each convolution.
+    four edge types, a root weight, no projection or normalisation) and it is called with node
+    features and edges alone, each edge type's neighbours are aggregated by the kernels and the
+    edge types' linear layers run through ``grouped_linear`` (two segmented matmuls, neighbours
+    and roots, on a device of ``HeteroDictLinear.grouped_devices``); otherwise PyG's forward
+    calls each convolution.
     """
 
     def forward(self, *args_dict, **kwargs_dict) -> Dict[str, Tensor]:
@@ -55,7 +55,7 @@ class HeteroConv(DropIn, pyg_nn.HeteroConv):
             if not isinstance(x, Tensor) and (x[0] is None or x[1] is None):
                 return None
             fused = conv._fused_input(x, edge_index_dict[(src, rel, dst)])
-            if fused is None or fused[1] is None or fused[1].device.type not in HeteroDictLinear.grouped_devices:
+            if fused is None or fused[1] is None:
                 return None
             x_src, x_dst, edges = fused
             parts.append((dst, conv, conv._aggregate_neighbours(x_src, x_dst, edges, None), x_dst))
