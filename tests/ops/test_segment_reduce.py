@@ -200,6 +200,28 @@ def test_every_cuda_schedule(params, reduce, dtype, num_features):
 
 
 @pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
+@pytest.mark.parametrize("max_lanes", [32, 4])
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("num_features", [1000, 1002])
+def test_row_schedule_splits_the_features_of_few_segments(max_lanes, reduce, num_features):
+    """Five segments cannot fill the GPU, so the row schedule spreads slices of the features over
+    the grid (the last slice partial); batched rows too."""
+    from pyg_fast import tuning
+    index = random_index(600, 5, "cuda", huge_segment=True)
+    src = torch.randn(2, 600, num_features, device="cuda")
+    x = torch.randn(40, num_features, device="cuda")
+    src_index = torch.randint(0, 40, (600,), device="cuda")
+    tuning.set_override(dict(schedule="row", max_lanes=max_lanes, threads=128, chunk=256))
+    try:
+        out = pyg_fast.segment_reduce(src, index, dim_size=5, reduce=reduce, dim=1)
+        gathered = pyg_fast.index_segment_reduce(x, src_index, index, 5, reduce)
+    finally:
+        tuning.set_override(None)
+    assert_close(out, scatter_reference(src, index, 5, reduce, dim=1), torch.float32)
+    assert_close(gathered, scatter_reference(x.double()[src_index], index, 5, reduce), torch.float32)
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
 @pytest.mark.parametrize("params", [p for p in SCHEDULE_PARAMS if p["schedule"] in ("groups", "balanced", "edges")],
                          ids=lambda p: f"{p['schedule']}-{p['max_lanes']}-{p['chunk']}")
 @pytest.mark.parametrize("reduce", REDUCES)

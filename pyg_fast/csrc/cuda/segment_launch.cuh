@@ -8,6 +8,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -165,6 +166,19 @@ inline int64_t grid_for(int64_t items, int64_t per_block) {
 // The same for one group of c.lanes threads per item.
 inline int64_t grid_for(int64_t items, const SegmentConfig& c) { return grid_for(items, c.threads / c.lanes); }
 
+// The features one block of the row schedule covers (a multiple of lanes * vec): all of them, unless
+// the (batch, segment) groups are too few to fill the GPU, then a share, the slices spread over
+// blockIdx.y. Unsplit, the 20 segments of HGB DBLP's paper -> venue relation (14 k rows of 4231
+// features) took 30 ms on an H100, 20 warps walking 1.8 k rows each.
+inline int64_t row_feature_slice(int64_t groups, const SegmentConfig& c, int64_t num_features, int vec) {
+  const int64_t tile = static_cast<int64_t>(c.lanes) * vec;
+  const int64_t tiles = std::max<int64_t>(1, (num_features + tile - 1) / tile);
+  const int64_t resident = num_sms() * (2048 / c.lanes);  // groups an H100 holds at once: 2048 threads an SM
+  const int64_t slices = std::min<int64_t>({tiles, std::max<int64_t>(1, resident / std::max<int64_t>(groups, 1)),
+                                            65535});
+  return (tiles + slices - 1) / slices * tile;
+}
+
 // Calls f(std::integral_constant<int, VEC>) for the runtime vector width (at most 16 bytes).
 template <typename scalar_t, typename F>
 void dispatch_vec(int vec, const F& f) {
@@ -238,11 +252,15 @@ void launch_segment_reduce_any(const SegmentConfig& c, const GraphLayout& layout
   const int64_t* p = ptr.const_data_ptr<int64_t>();
   scalar_t* o = out.mutable_data_ptr<scalar_t>();
   switch (c.schedule) {
-    case Schedule::Row:
+    case Schedule::Row: {
+      const int64_t slice = row_feature_slice(batch * num_segments, c, rows.num_features, VEC);
+      const dim3 grid(static_cast<unsigned>(grid_for(batch * num_segments, c)),
+                      static_cast<unsigned>((rows.num_features + slice - 1) / slice));
       segment_rows_kernel<scalar_t, acc_t, R, VEC>
-          <<<grid_for(batch * num_segments, c), c.threads, 0, stream>>>(p, num_segments, batch, groups, rows, o);
+          <<<grid, c.threads, 0, stream>>>(p, num_segments, batch, groups, rows, slice, o);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       return;
+    }
     case Schedule::RowParallel:
       segment_rows_parallel_kernel<scalar_t, acc_t, R, VEC>
           <<<grid_for(batch * num_segments, c), c.threads, 0, stream>>>(p, num_segments, batch, groups, rows, o);

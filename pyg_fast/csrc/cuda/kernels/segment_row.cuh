@@ -6,14 +6,17 @@
 
 namespace pyg_fast::cuda {
 
-// Row schedule: out [B, V, F]; one group per (b, r).
+// Row schedule: out [B, V, F]; one group per (b, r) and slice of `feature_slice` features
+// (blockIdx.y; a multiple of lanes * VEC).
 template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
 __global__ void segment_rows_kernel(const int64_t* __restrict__ ptr, int64_t num_segments, int64_t batch,
-                                    Groups groups, Rows rows, scalar_t* __restrict__ out) {
+                                    Groups groups, Rows rows, int64_t feature_slice, scalar_t* __restrict__ out) {
   const int64_t F = rows.num_features;
   const int64_t tile = static_cast<int64_t>(groups.lanes) * VEC;
+  const int64_t f_begin = static_cast<int64_t>(blockIdx.y) * feature_slice;
+  const int64_t f_end = min(F, f_begin + feature_slice);
   for_each_segment(groups, ptr, num_segments, batch, rows.num_rows, [&](int64_t b, int64_t r, int64_t lo, int64_t hi) {
-    for (int64_t f0 = static_cast<int64_t>(groups.lane()) * VEC; f0 < F; f0 += tile) {
+    for (int64_t f0 = f_begin + static_cast<int64_t>(groups.lane()) * VEC; f0 < f_end; f0 += tile) {
       acc_t acc[VEC];
       init_acc<acc_t, R, VEC>(acc);
       fold_rows<acc_t, R, VEC>(rows, b, lo, hi, f0, acc);
