@@ -23,7 +23,7 @@ def scatter(src: Tensor, index: Tensor, dim: int = 0, dim_size: Optional[int] = 
     """``torch_geometric.utils.scatter`` (same signature and results) on the segment kernels where
     :func:`pyg_fast.aggr.reduce` would use them, PyG's own otherwise."""
     if not torch.jit.is_scripting():  # TorchScript compiles only PyG's call below
-        if index.dim() == 1 and _on_kernels(src, index, None, reduce):
+        if index.dim() == 1 and _on_kernels(src, index, None, reduce, switched=True):
             return segment_reduce(src, index, dim_size=dim_size, reduce=reduce, dim=dim)
     return _PYG_SCATTER(src, index, dim, dim_size, reduce)
 
@@ -32,7 +32,7 @@ def segment(src: Tensor, ptr: Tensor, reduce: str = "sum") -> Tensor:
     """``torch_geometric.utils.segment`` (same signature and results: empty segments give 0) on the
     segment kernels for a 1-D pointer over floating-point rows, PyG's own otherwise."""
     if not torch.jit.is_scripting():
-        if _on_kernels(src, None, ptr, reduce):
+        if _on_kernels(src, None, ptr, reduce, switched=True):
             return segment_reduce(src, ptr=ptr, reduce=reduce)
     return _PYG_SEGMENT(src, ptr, reduce)
 

@@ -20,6 +20,7 @@ from torch import Tensor
 from torch_geometric.nn.aggr.base import expand_left
 from torch_geometric.utils import scatter, segment
 
+from pyg_fast import tuning
 from pyg_fast._dropin import DropIn
 from pyg_fast.ops import _layout
 from pyg_fast.ops.segment_reduce import segment_reduce
@@ -33,7 +34,7 @@ def reduce(self, x: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor
     for sum, mean, max and min of floating-point values; PyG's own body otherwise, while
     scripting and while tracing."""
     if not torch.jit.is_scripting():  # TorchScript compiles only PyG's body below
-        if _on_kernels(x, index, ptr, reduce):
+        if _on_kernels(x, index, ptr, reduce, switched=not isinstance(self, _SegmentReduce)):
             return segment_reduce(x, index=index if ptr is None else None, ptr=ptr, dim_size=dim_size,
                                   reduce=reduce, dim=dim)
     if ptr is not None and (index is None or self._deterministic):
@@ -44,11 +45,13 @@ def reduce(self, x: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor
     return scatter(x, index, dim, dim_size, reduce)
 
 
-def _on_kernels(x: Tensor, index: Optional[Tensor], ptr: Optional[Tensor], reduce: str) -> bool:
+def _on_kernels(x: Tensor, index: Optional[Tensor], ptr: Optional[Tensor], reduce: str, switched: bool) -> bool:
     """Whether :func:`reduce` runs pyg_fast's kernels: a basic reduction of floating-point values
     by a 1-D pointer or an index that needs no preparation of its own on this call, not traced (a
     trace would hold the example's sizes where they reach the kernels; PyG's path records them as
-    they flow).
+    they flow). Under the global switch (``switched``: a PyG class, not one of the classes below
+    that a user chose) a reduction of fewer values than ``tuning.PATCH_MIN_ELEMENTS`` keeps PyG's
+    path in eager mode: there the kernels' host time costs more than they save.
 
     An index in unknown order must be grouped before the kernels run; a scatter needs no such
     step, so on an index used a few times PyG's path is the faster one, and the kernels take over
@@ -57,7 +60,11 @@ def _on_kernels(x: Tensor, index: Optional[Tensor], ptr: Optional[Tensor], reduc
     if (reduce not in _KERNEL_REDUCES or not x.is_floating_point() or (index is None and ptr is None)
             or (ptr is not None and ptr.dim() != 1) or torch.jit.is_tracing()):
         return False
-    if ptr is not None or getattr(index, "is_sorted", False) or not _layout.eager(index):
+    if not _layout.eager(x):
+        return True
+    if switched and x.numel() < tuning.PATCH_MIN_ELEMENTS.get(x.device.type, 0):
+        return False
+    if ptr is not None or getattr(index, "is_sorted", False):
         return True
     return _layout.use_count(index, ("aggregation",)) >= _layout.REUSED_FROM_USE
 

@@ -3,9 +3,43 @@ import torch
 import torch_geometric.nn as pyg_nn
 from torch_geometric.nn.aggr import Aggregation
 
+import pyg_fast
+from pyg_fast import tuning
 from pyg_fast.ops._layout import REUSED_FROM_USE
 from pyg_fast.patch import _ORIGINAL_REDUCE, patch
 from tests.nn._helpers import PygFastOps, random_graph
+
+
+SHIPPED_MIN_ELEMENTS = dict(tuning.PATCH_MIN_ELEMENTS)
+
+
+@pytest.fixture(autouse=True)
+def small_inputs_on_kernels(monkeypatch):
+    """The tests' inputs are small: the switch takes them to the kernels here."""
+    monkeypatch.setattr(tuning, "PATCH_MIN_ELEMENTS", {})
+
+
+def test_patch_leaves_small_reductions_to_pyg(monkeypatch):
+    """Under the switch a reduction below PATCH_MIN_ELEMENTS keeps PyG's scatter on every use,
+    one above takes the kernels from its REUSED_FROM_USE-th use, and a pyg_fast aggregation a user
+    chose takes them whatever the size."""
+    monkeypatch.setattr(tuning, "PATCH_MIN_ELEMENTS", SHIPPED_MIN_ELEMENTS)
+    limit = tuning.PATCH_MIN_ELEMENTS["cpu"]
+    index = torch.randint(0, 50, (1000,))
+    small, large = torch.randn(1000, 4), torch.randn(1000, limit // 1000 + 1)
+    stock = pyg_nn.aggr.SumAggregation()
+    with patch():
+        for x, on_kernels in ((small, False), (large, True)):
+            for _ in range(REUSED_FROM_USE):
+                with PygFastOps() as mode:
+                    out = stock(x, index, dim_size=50)
+            torch.testing.assert_close(out, torch.zeros(50, x.size(1)).index_add_(0, index, x), rtol=1e-5, atol=1e-5)
+            assert bool(mode.ops) == on_kernels
+    ours = pyg_fast.aggr.SumAggregation()
+    for _ in range(REUSED_FROM_USE):
+        with PygFastOps() as mode:
+            ours(small, index, dim_size=50)
+    assert mode.ops & {"segment_reduce", "index_segment_reduce"}
 
 
 @pytest.mark.parametrize("conv", [lambda: pyg_nn.SAGEConv(16, 8, aggr="max"), lambda: pyg_nn.GraphConv(16, 8),
