@@ -163,6 +163,7 @@ def test_hetero_layer_compiles_without_breaks(case, monkeypatch):
     """The heterogeneous layers (CPU, their grouped paths taken here as on CUDA): one graph for
     graphs of three sizes, eager's outputs and parameter gradients."""
     monkeypatch.setattr(pyg_fast.hetero.HeteroDictLinear, "grouped_devices", ("cpu", "cuda"))
+    monkeypatch.setattr(pyg_fast.hetero.HeteroDictLinear, "grouped_features", (1, 1 << 20))
     name, make, inputs = hetero_cases()[case]
     torch.manual_seed(0)
     module = make()

@@ -201,9 +201,9 @@ def test_hetero_linear_autocast_and_lazy():
 @pytest.mark.parametrize("device", DEVICES)
 def test_hetero_dict_linear_matches_pyg(device):
     types = ["a", "b", "c", "d", "e"]
-    x_dict = {t: torch.randn(10 * i + 3, 12, device=device, requires_grad=True) for i, t in enumerate(types)}
+    x_dict = {t: torch.randn(10 * i + 3, 32, device=device, requires_grad=True) for i, t in enumerate(types)}
     del x_dict["c"]  # a type without input
-    ref, mine = pair(pyg_nn.HeteroDictLinear, fast.HeteroDictLinear, 12, 7, types=types, device=device)
+    ref, mine = pair(pyg_nn.HeteroDictLinear, fast.HeteroDictLinear, 32, 40, types=types, device=device)
     assert_same_forward_backward(ref, mine, lambda lin: lin(x_dict), list(x_dict.values()))
     mixed = {"a": 12, "b": 5, "c": 12, "d": 12}  # different input sizes: one GEMM per type
     x_mixed = {t: torch.randn(9, c, device=device) for t, c in mixed.items()}

@@ -128,8 +128,10 @@ def assert_same_outputs_and_gradients(stock, fast, x, edges):
 
 @pytest.fixture
 def grouped_on_cpu(monkeypatch):
-    """The grouped path on the CPU too (by default CUDA's alone: see HeteroDictLinear)."""
+    """The grouped path on the CPU too and for the tests' small layers (by default CUDA's alone, for
+    32-128 features: see HeteroDictLinear)."""
     monkeypatch.setattr(pyg_fast.hetero.HeteroDictLinear, "grouped_devices", ("cpu", "cuda"))
+    monkeypatch.setattr(pyg_fast.hetero.HeteroDictLinear, "grouped_features", (1, 1 << 20))
 
 
 @pytest.mark.parametrize("conv", ["sage", "gat"])
@@ -170,6 +172,7 @@ def test_convert_hetero_conv_model(num_edge_types, on_cpu, monkeypatch):
     """HeteroConv of SAGE convolutions: with four edge types on a grouping device their linear
     layers run as segmented matmuls, else each convolution runs as PyG's HeteroConv calls it;
     both as stock."""
+    monkeypatch.setattr(pyg_fast.hetero.HeteroDictLinear, "grouped_features", (1, 1 << 20))
     if on_cpu:
         monkeypatch.setattr(pyg_fast.hetero.HeteroDictLinear, "grouped_devices", ("cpu", "cuda"))
     types = ["a", "b", "c"]
