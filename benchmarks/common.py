@@ -7,6 +7,7 @@
 - ``Recorder``: collects ``{"suite", "case", "method", "ms", ...}`` records with
   the environment of the run and writes ``results.json`` and ``summary.md``.
 """
+import contextlib
 import datetime
 import hashlib
 import json
@@ -17,7 +18,7 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, ContextManager, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
@@ -205,14 +206,18 @@ def synchronize(device) -> None:
 
 
 def time_interleaved(fns: Dict[str, Callable[[], object]], warmup: float, rep: float, device,
-                     rounds: int) -> Dict[str, float]:
+                     rounds: int, contexts: Optional[Dict[str, Callable[[], ContextManager]]] = None
+                     ) -> Dict[str, float]:
     """Median ms of each callable over ``rounds`` alternating rounds (A, B, A, B, ...), each
     round a ``time_ms`` with a ``rounds``-th of the budget: a drift in the machine's speed over
-    the run (other tenants, clocks) then reaches every callable alike."""
+    the run (other tenants, clocks) then reaches every callable alike. ``contexts`` (by name):
+    a context entered around each of that callable's rounds, such as ``pyg_fast.patch()``'s
+    switch, which entered for every call would add its own cost to each."""
     per_round = {name: [] for name in fns}
     for i in range(rounds):
         for name, fn in fns.items():
-            per_round[name].append(time_ms(fn, warmup if i == 0 else 0.0, rep / rounds, device=device))
+            with (contexts or {}).get(name, contextlib.nullcontext)():
+                per_round[name].append(time_ms(fn, warmup if i == 0 else 0.0, rep / rounds, device=device))
     return {name: statistics.median(times) for name, times in per_round.items()}
 
 
