@@ -211,6 +211,29 @@ def test_hetero_dict_linear_matches_pyg(device):
     assert_same_forward_backward(ref, mine, lambda lin: lin(x_mixed))
 
 
+@pytest.mark.skipif("cuda" not in DEVICES, reason="the dtype rule of the grouped path is CUDA's")
+@pytest.mark.parametrize("dtype,tf32,grouped", [(torch.float32, False, False), (torch.float32, True, True),
+                                                (torch.bfloat16, False, True)])
+def test_hetero_dict_linear_groups_where_tensor_cores_compute(dtype, tf32, grouped):
+    """One segmented matmul in 16-bit types and TF32 float32, one GEMM per type in exact float32;
+    the same results either way."""
+    from tests.nn._helpers import PygFastOps
+    types = list("abcd")
+    lin = fast.HeteroDictLinear(32, 40, types=types).to("cuda", dtype)
+    x = {t: torch.randn(20 + 7 * i, 32, device="cuda").to(dtype) for i, t in enumerate(types)}
+    allowed = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        with PygFastOps() as mode:
+            out = lin(x)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allowed
+    assert ("segment_matmul" in mode.ops) == grouped
+    for t in types:
+        ref = x[t].double() @ lin.lins[t].weight.double().t() + lin.lins[t].bias.double()
+        assert_close(out[t], ref, torch.bfloat16 if tf32 else dtype)
+
+
 def test_module_wrapper_wraps_pyg_modules():
     x, edge_index, edge_type = relational_graph("cpu")
     conv = pyg_nn.RGCNConv(16, 8, 7, num_bases=2)
