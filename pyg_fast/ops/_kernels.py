@@ -22,16 +22,18 @@ INT32_MAX = 2 ** 31 - 1
 
 
 def run(op, *args):
-    """``op(*args)`` for an op registered with ``register_autograd`` below. In eager mode, where no
-    input needs a gradient (the backward's own calls, inference), straight to the kernel below the
-    autograd key: the Python wrapper that torch.library.register_autograd puts there costs 4 of a
-    7 us call (CPU host); where one does, through the same formulas as an autograd.Function."""
+    """``op(*args)`` for an op with autograd formulas (``register_autograd`` below). In eager mode,
+    where no input needs a gradient (the backward's own calls, inference), straight to the kernel
+    below the autograd key: the Python wrapper that torch.library.register_autograd puts there
+    costs 4 of a 7 us call (CPU host); where one does, through the same formulas as an
+    autograd.Function."""
     if torch.compiler.is_compiling() or torch._C._is_tracing():
         return op(*args)
     if torch._C.is_grad_enabled() and torch._C._any_requires_grad(*args):
-        if not _layout.eager(*[a for a in args if isinstance(a, Tensor)]):
+        eager = _EAGER.get(op)  # None: an op registered elsewhere (segment_matmul)
+        if eager is None or not _layout.eager(*[a for a in args if isinstance(a, Tensor)]):
             return op(*args)
-        function, defaults = _EAGER[op]
+        function, defaults = eager
         return function.apply(*args, *defaults[len(args):])
     with torch._C._AutoDispatchBelowAutograd():
         return op(*args)
