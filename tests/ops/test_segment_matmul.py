@@ -60,6 +60,22 @@ def test_forward_backward_against_loop(case, dtype, device):
         assert_close(got, want, dtype, scale)
 
 
+def test_double_backward_against_float64():
+    """A gradient taken with create_graph differentiates again (the backward's own segmented
+    matmul keeps its autograd)."""
+    x, w = torch.randn(10, 4, requires_grad=True), torch.randn(2, 4, 3, requires_grad=True)
+    ptr = torch.tensor([0, 4, 10])
+    (g,) = torch.autograd.grad(segment_matmul(x, ptr, w).square().sum(), x, create_graph=True)
+    g.sum().backward()
+    xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    out = torch.cat([xd[:4] @ wd[0], xd[4:] @ wd[1]])
+    (gd,) = torch.autograd.grad(out.square().sum(), xd, create_graph=True)
+    gd.sum().backward()
+    assert_close(g, gd, torch.float32)
+    assert_close(x.grad, xd.grad, torch.float32)
+    assert_close(w.grad, wd.grad, torch.float32)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_ptr_on_cpu_for_device_inputs_and_no_bias(device):
     x, ptr, w, _ = make([3, 0, 40, 7], 16, 8, torch.float32, device, bias=False)
