@@ -1,8 +1,10 @@
 """CPU benchmark: segment reduce (sum, mean, max) and weighted SpMM on
 arxiv_like, F = 1..128, pyg_fast's C++ kernels against torch's CPU ops
-(``index_add_``, ``scatter_reduce_``, ``torch.segment_reduce``, ``torch.sparse.mm``).
+(``index_add_``, ``scatter_reduce_``, ``torch.segment_reduce``, ``torch.sparse.mm``), and the
+e2e suites (3-layer GCN, GIN, SAGE, GAT: converted, stock, stock under ``pyg_fast.patch()``) on
+cora and arxiv_like (``--no-e2e`` skips them: about 12 minutes on 2 cores).
 
-    python -m benchmarks.cpu_bench [--out benchmarks/results/cpu_results.json] [--features 1,4,...]
+    python -m benchmarks.cpu_bench [--out benchmarks/results/cpu_results.json] [--features 1,4,...] [--no-e2e]
 
 Writes the records (same format as ``benchmarks.run``) with a ``geomean_speedup``
 section: per suite and reduce, the geometric mean over F of each baseline's time
@@ -16,9 +18,10 @@ from typing import Dict, List
 import torch
 
 from benchmarks.common import Recorder
-from benchmarks.suites import segment_reduce, spmm
+from benchmarks.suites import e2e, segment_reduce, spmm
 
 GRAPH = "arxiv_like"
+E2E_GRAPHS = ("cora", "arxiv_like")  # reddit2_like's 23 M edges take minutes a step on 2 cores
 REDUCES = ("sum", "mean", "max")
 # Milliseconds of warm-up and of measurement per method and case: calls at large F
 # take ~0.1-0.5 s on 2 cores, so they get ~5 repetitions, small F get hundreds.
@@ -30,7 +33,7 @@ def geomean_speedups(records: List[dict]) -> Dict[str, Dict[str, float]]:
     """{"<suite> <reduce>": {baseline or "fastest baseline": geometric mean over F of baseline ms / pyg_fast ms}}."""
     groups: Dict[str, Dict[int, Dict[str, float]]] = {}
     for r in records:
-        if r["ms"] is None:
+        if r["ms"] is None or r["suite"] not in ("segment_reduce", "spmm"):
             continue
         key = f"{r['suite']} {r['case'].get('reduce', 'sum')}"
         groups.setdefault(key, {}).setdefault(r["case"]["F"], {})[r["method"]] = r["ms"]
@@ -52,6 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "cpu_results.json"))
     parser.add_argument("--features", default=",".join(map(str, segment_reduce.FEATURES)))
+    parser.add_argument("--no-e2e", action="store_true", help="skip the e2e suites")
     args = parser.parse_args()
     features = [int(f) for f in args.features.split(",")]
     out_json = Path(args.out)
@@ -64,6 +68,8 @@ def main() -> None:
     case_list = [(f, torch.float32, REDUCES) for f in features]
     segment_reduce.bench_graph(rec, device, GRAPH, case_list, CPU_BUDGET)
     spmm.bench_graph(rec, device, GRAPH, case_list, CPU_BUDGET)
+    if not args.no_e2e:
+        e2e.run(rec, device, graphs=E2E_GRAPHS)
 
     speedups = geomean_speedups(rec.records)
     rec.write(out_json, out_md, geomean_speedup=speedups)

@@ -4,6 +4,7 @@ pyg_fast.nn.convert (``pyg_fast``) and as stock PyG under the global switch ``py
 (``pyg_patched``, switched on around each of its timing rounds), in the same process. A train step is
 forward + cross-entropy + backward + Adam step."""
 import copy
+from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -87,10 +88,10 @@ def step_functions(net: torch.nn.Module, x, edge_index, y):
     return train_step, infer
 
 
-def cases(device: torch.device, quick: bool):
+def cases(device: torch.device, quick: bool, graphs: Optional[Sequence[str]] = None):
     """(case, graph inputs (x, edge_index, y), stock model, converted model) of every model on
-    every graph; the device's cache is emptied after each."""
-    for graph_name in selected(QUICK_GRAPHS if quick else GRAPHS):
+    every graph (``graphs``, else the suite's); the device's cache is emptied after each."""
+    for graph_name in selected(graphs or (QUICK_GRAPHS if quick else GRAPHS)):
         inputs = graph_inputs(graph_name, device)
         for model_name in MODELS:
             stock, fast = stock_and_fast(model_name, device)
@@ -108,11 +109,11 @@ def patched(handle: PatchHandle, fn):
     return call
 
 
-def run(rec: Recorder, device, quick: bool = False) -> None:
+def run(rec: Recorder, device, quick: bool = False, graphs: Optional[Sequence[str]] = None) -> None:
     device = torch.device(device)
     handle = pyg_fast.patch()
     handle.undo()
-    for case, (x, edge_index, y), stock, fast in cases(device, quick):
+    for case, (x, edge_index, y), stock, fast in cases(device, quick, graphs):
         with torch.no_grad():  # outputs are checked before timing
             ref = stock(x, edge_index)
             torch.testing.assert_close(fast(x, edge_index), ref, rtol=1e-3, atol=1e-3)
