@@ -10,6 +10,7 @@ from torch.nn.parameter import UninitializedParameter
 from pyg_fast._dropin import DropIn
 from pyg_fast.hetero.tensor_slice import TensorSlice, host_ptr, slice_for
 from pyg_fast.ops.segment_matmul import segment_matmul
+from pyg_fast.tuning.segment_matmul import tensor_cores
 
 
 def autocast_operands(*tensors: Optional[Tensor]) -> List[Optional[Tensor]]:
@@ -62,8 +63,7 @@ class HeteroDictLinear(DropIn, pyg_nn.HeteroDictLinear):
         and backward on an H200: 3.3 ms grouped against 1.15 ms one GEMM per type at 64 features,
         8.9 against 1.7 at 128; with TF32 or bfloat16 0.8-1.07 ms against 1.46-1.89 ms."""
         lo, hi = cls.grouped_features
-        exact = dtype == torch.float64 or (dtype == torch.float32 and not torch._C._get_cublas_allow_tf32())
-        return lo <= in_features <= hi and lo <= out_features <= hi and not exact
+        return lo <= in_features <= hi and lo <= out_features <= hi and (dtype is None or tensor_cores(dtype))
 
     def forward(self, x_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
         keys = [key for key in self.lins.keys() if key in x_dict]

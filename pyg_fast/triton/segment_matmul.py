@@ -40,6 +40,7 @@ from pyg_fast.tuning.segment_matmul import (
     hardware,
     size_stats,
     tail_rows,
+    tensor_cores,
 )
 
 # Triton's CPU interpreter computes tl.dot on bfloat16 tiles wrongly (seen with triton 3.9), so
@@ -191,11 +192,9 @@ def _segmm_bwd_kernel(x_ptr, w_ptr, g_ptr, gx_ptr, gw_ptr, part_ptr, count_ptr, 
 
 
 def dot_precision(dtype: torch.dtype) -> str:
-    """tl.dot input precision: full fp32 unless TF32 is allowed; 16-bit types ignore it. Reads the
-    switch behind ``torch.backends.cuda.matmul.allow_tf32`` directly (its property costs 1.5 us)."""
-    if dtype == torch.float32 and not torch._C._get_cublas_allow_tf32():
-        return "ieee"
-    return "tf32"
+    """tl.dot input precision: full fp32 unless TF32 is allowed (``tuning.segment_matmul.tensor_cores``);
+    16-bit types ignore it."""
+    return "ieee" if dtype == torch.float32 and not tensor_cores(dtype) else "tf32"
 
 
 _fwd = Launcher(_segmm_fwd_kernel)

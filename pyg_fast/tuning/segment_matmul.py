@@ -110,12 +110,17 @@ def hardware(device: torch.device) -> Tuple[dict, int]:
     return HARDWARE["default"], props.multi_processor_count
 
 
+def tensor_cores(dtype: torch.dtype) -> bool:
+    """Whether the products of ``dtype`` run on tensor cores: 16-bit types, and float32 where TF32
+    is allowed (the switch behind ``torch.backends.cuda.matmul.allow_tf32``, read directly: its
+    property costs 1.5 us)."""
+    return dtype in (torch.float16, torch.bfloat16) or (dtype == torch.float32 and torch._C._get_cublas_allow_tf32())
+
+
 def _peak_tflops(ceil: dict, dtype: torch.dtype) -> float:
     if dtype in (torch.float16, torch.bfloat16):
         return ceil["tflops_16"]
-    if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
-        return ceil["tflops_tf32"]
-    return ceil["tflops_fp32"]
+    return ceil["tflops_tf32"] if tensor_cores(dtype) else ceil["tflops_fp32"]
 
 
 def fwd_smem_bytes(cfg: SegmmConfig, elt: int) -> int:
@@ -331,7 +336,7 @@ def tune_key(op: str, K: int, N: int, dtype: torch.dtype, stats: SizeStats) -> s
     binned by half-octaves and the spread by quarter steps of its coefficient of variation."""
     mean_bin = round(2 * math.log2(stats.mean + 1))
     cv_bin = round(4 * min(stats.cv, 8.0))
-    tf32 = dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    tf32 = dtype == torch.float32 and tensor_cores(dtype)
     return f"{op}|K={K}|N={N}|{str(dtype).replace('torch.', '')}{'+tf32' if tf32 else ''}|mean~{mean_bin}|cv~{cv_bin}"
 
 
