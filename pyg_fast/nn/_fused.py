@@ -7,7 +7,7 @@ from torch_geometric.nn.aggr import MaxAggregation, MeanAggregation, MinAggregat
 
 from pyg_fast._dropin import DropIn
 from pyg_fast.nn import _graph
-from pyg_fast.ops._kernels import reduce_csr, weight_as
+from pyg_fast.ops._kernels import COO_REDUCES, coo_route, gather_scatter, reduce_csr, weight_as
 
 # MessagePassing's hook registries; a registered hook needs PyG's unfused path to see messages.
 _HOOK_DICTS = (
@@ -50,10 +50,18 @@ class FusedLayer(DropIn):
         return None if edges is None else (x_src, x_dst, edges)
 
     def _aggregate_neighbours(self, x_src: Tensor, x_dst: Optional[Tensor], edges, size) -> Tensor:
-        """reduce over j -> i of w_ji * x_j, on the by-destination layout cached with the edges."""
+        """reduce over j -> i of w_ji * x_j: on the by-destination layout cached with the edges, or
+        for the first uses of a graph, with atomics (``coo_route``)."""
         num_src, num_dst = _graph.num_nodes(x_src, x_dst, edges.sizes, size)
+        reduce = self._reduce()
+        edge_index = edges.edge_index
+        if reduce in COO_REDUCES and coo_route(edge_index, ("aggregate", num_src, num_dst, self.flow),
+                                               edge_index.size(1) * x_src.size(1)):
+            src, dst, names = _graph.endpoints(edge_index, self.flow)
+            weight = None if edges.value is None else weight_as(edges.value, x_src.dtype)
+            return gather_scatter(x_src, src, dst, weight, num_dst, reduce, names)
         graph = _graph.by_destination(edges.edge_index, num_src, num_dst, self.flow, edges.sorted_by_destination,
                                       with_perm=edges.value is not None)
         weight = _graph.in_edge_order(edges.value, graph)
         return reduce_csr(x_src, graph.src, graph.ptr, None if weight is None else weight_as(weight, x_src.dtype),
-                          self._reduce())
+                          reduce)

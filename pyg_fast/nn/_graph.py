@@ -74,6 +74,14 @@ def _endpoints(flow: str) -> Tuple[int, int]:
     return (0, 1) if flow == "source_to_target" else (1, 0)
 
 
+def endpoints(edge_index: Tensor, flow: str) -> Tuple[Tensor, Tensor, str]:
+    """(sources, destinations) of ``edge_index`` as int64 and their names for
+    ``_kernels.gather_scatter``'s range report."""
+    j, i = _endpoints(flow)
+    return (_layout.as_long(edge_index[j]), _layout.as_long(edge_index[i]),
+            f"edge_index[{j}]|the number of source nodes|edge_index[{i}]|the number of target nodes")
+
+
 def by_destination(edge_index: Tensor, num_src: int, num_dst: int, flow: str,
                    is_sorted: Optional[bool] = None, with_perm: bool = True) -> Graph:
     """The destination-grouped layout of ``edge_index`` (validated, cached with the tensor). A

@@ -7,7 +7,7 @@ from torch_geometric.typing import Adj, OptTensor
 from pyg_fast.nn import _graph
 from pyg_fast.nn._fused import FusedLayer
 from pyg_fast.ops import _layout
-from pyg_fast.ops._kernels import reduce_csr, weight_as
+from pyg_fast.ops._kernels import coo_route, gather_scatter, reduce_csr, weight_as
 
 
 class GCNConv(FusedLayer, pyg_nn.GCNConv):
@@ -54,6 +54,9 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
             if self.cached:
                 self._cached_edge_index = (norm_edges.edge_index, norm_edges.value)
             return self._propagate(x, graph, weight)
+        if edge_weight is None and not self.cached and coo_route(
+                edges.edge_index, ("gcn", num_nodes, self.flow), edges.edge_index.size(1) * self.out_channels):
+            return self._propagate_coo(x, edges.edge_index, num_nodes)
         graph, weight = self._normalized(edges.edge_index, edge_weight, num_nodes, x.dtype)
         if self.cached:
             norm_index = (_graph.with_self_loops(edges.edge_index, num_nodes) if self.add_self_loops
@@ -76,6 +79,25 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
         if edge_weight.requires_grad and torch.is_grad_enabled():  # a fresh graph of the autograd tape
             return compute()
         return _layout.cached_with(edge_index, edge_weight, key, compute)
+
+    def _propagate_coo(self, x: Tensor, edge_index: Tensor, num_nodes: int) -> Tensor:
+        """The layer on an unweighted graph's first uses, without grouping it: with d the
+        degrees (loops included) and h' = d^-1/2 h, out = d^-1/2 (sum over j -> i of h'_j + h'_i),
+        PyG's normalisation factored so that no per-edge weight is built. PyG replaces existing
+        loops by one per node: here they weigh 0 and the loop term adds h'_i once."""
+        h = self.lin(x)
+        src, dst, names = _graph.endpoints(edge_index, self.flow)
+        weight = (src != dst).to(h.dtype).unsqueeze(1) if self.add_self_loops else None
+        degree = gather_scatter(h.new_ones(num_nodes, 1), src, dst, weight, num_nodes, "sum", names)
+        if self.add_self_loops:
+            scale = degree.add_(1).rsqrt_()
+        else:
+            scale = degree.pow_(-0.5)
+            scale.masked_fill_(scale == float("inf"), 0)  # degree 0, as PyG
+        h = h * scale
+        out = gather_scatter(h, src, dst, weight, num_nodes, "sum", None)  # reported above
+        out = (out + h if self.add_self_loops else out) * scale
+        return out if self.bias is None else out + self.bias
 
     def _propagate(self, x: Tensor, graph: _graph.Graph, weight: OptTensor) -> Tensor:
         h = self.lin(x)

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from pyg_fast import tuning
-from pyg_fast.ops import _layout
+from pyg_fast.ops import _deferred, _layout
 
 EXTREMA = ("max", "min", "amax", "amin")
 # The schedules whose kernels read int32 source indices: at small F the index is a large share of
@@ -226,6 +226,71 @@ def _gather_backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
 
 
 register_autograd("pyg_fast::index_segment_reduce", _gather_backward, _gather_setup)
+
+
+# gather_scatter (the COO route of a gather-reduce: no grouping) ------------------------------------
+COO_REDUCES = ("sum", "mean")
+
+
+def coo_route(index: Tensor, key: Tuple, elements: int) -> bool:
+    """Whether a sum or mean over ``index`` (``elements``: edges x features) takes the COO route
+    (:func:`gather_scatter`, no grouping): in eager mode, on the index's first uses under ``key``
+    (before ``_layout.REUSED_FROM_USE``; a graph reused step after step is grouped once then), up
+    to ``tuning.COO_MAX_ELEMENTS`` values, and not where deterministic algorithms are asked for
+    (CUDA atomics add in no fixed order)."""
+    if elements > tuning.COO_MAX_ELEMENTS.get(index.device.type, 0) or not _layout.eager(index) or (
+            index.is_cuda and torch.are_deterministic_algorithms_enabled()):
+        return False
+    return _layout.use_count(index, ("coo",) + key) < _layout.REUSED_FROM_USE
+
+
+def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, weight: Optional[Tensor],
+                   num_rows: int, reduce: str, names: Optional[str]) -> Tensor:
+    """``reduce`` ('sum' or 'mean') over the edges e of ``weight[e] * x2[src_index[e]]`` (x2 [N,
+    F]; ``src_index`` None: row e) into rows ``dst_index[e]`` of [num_rows, F], both indices int64,
+    in any order: atomics rather than a grouping (see ``_layout.coo_route``). Edges with an end
+    out of range are skipped and reported under ``names`` ('src name|src size name|dst name|dst
+    size name'; None: not reported, a call on indices another call reported). Eager mode only."""
+    out, _, flags = run(torch.ops.pyg_fast.gather_scatter, x2.contiguous(), src_index, dst_index,
+                        None if weight is None else weight.contiguous(), num_rows, reduce == "mean")
+    if names is not None:
+        src_name, src_size, dst_name, dst_size = names.split("|")
+        _deferred.report(flags, (_layout.range_message(src_name, x2.size(0), src_size),
+                                 _layout.range_message(dst_name, num_rows, dst_size)))
+    return out
+
+
+@torch.library.register_fake("pyg_fast::gather_scatter")
+def _(x, src_index, dst_index, weight, num_rows, mean):
+    return x.new_empty(num_rows, x.size(1)), x.new_empty(num_rows if mean else 0), dst_index.new_empty(2)
+
+
+def _gather_scatter_setup(ctx, inputs, output):
+    x, src_index, dst_index, weight, num_rows, mean = inputs
+    ctx.save_for_backward(x if ctx.needs_input_grad[3] else None, src_index, dst_index, weight,
+                          output[1] if mean else None)
+    ctx.num_src, ctx.mean = x.size(0), mean
+    ctx.mark_non_differentiable(output[1], output[2])
+
+
+def _gather_scatter_backward(ctx, grad_out: Tensor, _divisor, _flags) -> Tuple[Optional[Tensor], ...]:
+    x, src_index, dst_index, weight, divisor = ctx.saved_tensors
+    grad_out = grad_out.contiguous()
+    if ctx.mean:  # divided, as PyG's mean backward does
+        grad_out = grad_out / divisor.unsqueeze(1)
+    # A scatter's row e is its own source; the kernels skip out-of-range indices (no torch gather)
+    src = src_index if src_index is not None else torch.arange(dst_index.numel(), device=dst_index.device)
+    grad_x = grad_w = None
+    if ctx.needs_input_grad[0]:
+        grad_x = run(torch.ops.pyg_fast.gather_scatter, grad_out, dst_index, src, weight, ctx.num_src, False)[0]
+    if ctx.needs_input_grad[3]:
+        H, F = weight.size(1), grad_out.size(1)
+        grad_w = run(torch.ops.pyg_fast.sddmm, grad_out.view(-1, H, F // H), x.view(-1, H, F // H), dst_index, src,
+                     "dot")
+    return grad_x, None, None, grad_w, None, None
+
+
+register_autograd("pyg_fast::gather_scatter", _gather_scatter_backward, _gather_scatter_setup)
 
 
 # sddmm ------------------------------------------------------------------------------------------

@@ -139,7 +139,7 @@ def _out_of_range(index: Tensor, size) -> Tensor:
     return (lo < 0) | (hi >= size)
 
 
-def _range_message(name: str, size, size_name: str) -> _deferred.Message:
+def range_message(name: str, size, size_name: str) -> _deferred.Message:
     return IndexError, f"pyg_fast: '{name}' holds values outside [0, {size}) ({size_name})"
 
 
@@ -200,8 +200,8 @@ def _prepare(index: Tensor, num_segments: int, is_sorted: bool, src: Optional[Te
     bound = -1 if src_bound is None else src_bound.size(0)
     ptr, perm, src_sorted, flags = torch.ops.pyg_fast.coo_to_csr(index, num_segments, is_sorted, src, bound)
     index_name, size_name, src_name, src_size_name = names.split("|")
-    _deferred.report(flags, (_range_message(index_name, num_segments, size_name),
-                             _range_message(src_name, bound, src_size_name),
+    _deferred.report(flags, (range_message(index_name, num_segments, size_name),
+                             range_message(src_name, bound, src_size_name),
                              (ValueError, f"pyg_fast: '{index_name}' was declared sorted but is not sorted")))
     return ptr, perm, src_sorted
 
@@ -232,7 +232,7 @@ def _(index, num_segments, is_sorted, src, src_bound, names, owner=None, with_pe
 
 
 def _check_range(index: Tensor, size: int, name: str, size_name: str) -> None:
-    _deferred.report(_out_of_range(index, size).reshape(1).long(), [_range_message(name, size, size_name)])
+    _deferred.report(_out_of_range(index, size).reshape(1).long(), [range_message(name, size, size_name)])
 
 
 @torch.library.custom_op("pyg_fast::checked_index", mutates_args=())

@@ -8,7 +8,7 @@ from torch import Tensor
 
 from pyg_fast.ops import _layout
 from pyg_fast.ops._checks import check_float, check_index_tensor, check_reduce
-from pyg_fast.ops._kernels import gather_rows, reduce_csr, weight_as
+from pyg_fast.ops._kernels import COO_REDUCES, coo_route, gather_rows, gather_scatter, reduce_csr, weight_as
 
 
 def index_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optional[Tensor] = None,
@@ -20,8 +20,9 @@ def index_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optional[Tenso
         \mathrm{out}_i = \bigoplus_{e \,:\, \mathrm{dst}_e = i} x_{\mathrm{src}_e}
 
     without materialising ``x[src_index]``. Destinations come from ``dst_index``
-    (COO, in any order; grouped by a stable sort, cached with the tensor in eager mode)
-    or a CSR ``ptr`` over the edges. ``x`` is ``[N, *]``; the result is ``[dim_size, *]``.
+    (COO, in any order; grouped by a stable sort, cached with the tensor in eager mode, or
+    for the first sums and means over it, reduced with atomics without a grouping) or a CSR
+    ``ptr`` over the edges. ``x`` is ``[N, *]``; the result is ``[dim_size, *]``.
     """
     return index_weight_segment_reduce(x, src_index, dst_index, None, dim_size, reduce, ptr=ptr, sorted=sorted)
 
@@ -61,6 +62,11 @@ def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optiona
             dim_size = int(dst_index.max()) + 1 if num_edges > 0 else 0
         if dim_size < 0:
             raise ValueError(f"pyg_fast: dim_size must be non-negative, got {dim_size}")
+        if reduce in COO_REDUCES and coo_route(dst_index, ("gathered", dim_size), num_edges * x2.size(1)):
+            out = gather_scatter(x2, _layout.as_long(src_index), _layout.as_long(dst_index),
+                                 None if weight is None else weight_as(weight, x.dtype), dim_size, reduce,
+                                 "src_index|x.size(0)|dst_index|dim_size")
+            return out if x.dim() == 2 else out.view((dim_size,) + tuple(x.shape[1:]))
         is_sorted = sorted if sorted is not None else (getattr(dst_index, "is_sorted", None) or None)
         layout, src = _gathered(dst_index, dim_size, src_index, x, is_sorted)
         perm = layout.perm

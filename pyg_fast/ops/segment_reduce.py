@@ -5,8 +5,8 @@ from typing import Optional
 from torch import Tensor
 
 from pyg_fast.ops import _layout
-from pyg_fast.ops._checks import check_dim, check_float, check_reduce
-from pyg_fast.ops._kernels import reduce_rows
+from pyg_fast.ops._checks import check_dim, check_float, check_index_tensor, check_reduce
+from pyg_fast.ops._kernels import COO_REDUCES, coo_route, gather_scatter, reduce_rows
 
 
 def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
@@ -26,7 +26,8 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
 
     An ``index`` is grouped by a stable sort on its device (skipped where ``sorted=True``
     promises order, or on the CPU where it is found sorted); in eager mode the grouping is
-    cached with the index tensor. Index values are checked without a host synchronisation
+    cached with the index tensor, and the first sums and means over an index (with
+    ``dim_size`` given) add with atomics instead, without a grouping. Index values are checked without a host synchronisation
     (see ``pyg_fast.config``); pass ``dim_size``, else it is read from the index (one).
 
     Args:
@@ -44,8 +45,14 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
     num_rows = src.size(dim)
     if (index is None) == (ptr is None):
         raise ValueError("pyg_fast: pass exactly one of 'index' and 'ptr'")
-    layout, dim_size = _layout.segments(index, ptr, src, dim, dim_size, is_sorted=sorted)
     shape = list(src.shape)
     src3 = src.reshape(math.prod(shape[:dim]), num_rows, math.prod(shape[dim + 1:]))
+    if ptr is None and dim_size is not None and src3.size(0) == 1 and reduce in COO_REDUCES and dim_size >= 0:
+        check_index_tensor(index, "index", num_rows, src.device)
+        index = _layout.as_long(index)
+        if coo_route(index, ("segment_reduce", dim_size), src3.numel()):
+            shape[dim] = dim_size
+            return gather_scatter(src3[0], None, index, None, dim_size, reduce, "src|src.size(dim)|index|dim_size").view(shape)
+    layout, dim_size = _layout.segments(index, ptr, src, dim, dim_size, is_sorted=sorted)
     shape[dim] = dim_size
     return reduce_rows(src3, layout, reduce).view(shape)

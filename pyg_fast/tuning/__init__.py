@@ -45,6 +45,11 @@ GRAPH_AWARE = ("groups", "balanced")
 # reused graph, 64 features: 0.82-1.10x on Cora (0.7 M values a reduction), 1.11-1.27x on arxiv_like (75 M).
 PATCH_MIN_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 21, "cuda": 2 ** 25}
 
+# The most values (edges x features) a sum or mean over an index's first uses reduces with atomics
+# (the COO route, ``pyg_fast.ops._kernels.coo_route``) rather than grouping the index first, per
+# device type. Placeholder values until measured.
+COO_MAX_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 24, "cuda": 2 ** 26}
+
 _rules: Optional[dict] = None
 _override: Optional[Dict] = None
 

@@ -1,0 +1,96 @@
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <tuple>
+#include <type_traits>
+
+#include "../ops/gather_scatter.h"
+#include "kernels/gather_scatter.cuh"
+
+namespace pyg_fast::cuda {
+namespace {
+
+// The widest vector (values per load and atomic) that divides a head and meets x's alignment.
+int vector_width(const at::Tensor& x, int64_t head_dim) {
+  const auto address = reinterpret_cast<uintptr_t>(x.const_data_ptr());
+  for (int vec : {4, 2}) {
+    if (head_dim % vec == 0 && address % (vec * x.element_size()) == 0) return vec;
+  }
+  return 1;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& x,
+                                                              const std::optional<at::Tensor>& src_index,
+                                                              const at::Tensor& dst_index,
+                                                              const std::optional<at::Tensor>& weight,
+                                                              int64_t num_rows, bool mean) {
+  check_gather_scatter_args(x, src_index, dst_index, weight, num_rows);
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int64_t N = x.size(0), F = x.size(1), E = dst_index.numel(), V = num_rows;
+  const int64_t H = weight ? weight->size(1) : 1;
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  auto flags = at::zeros({2}, dst_index.options());
+  auto divisor = at::empty({mean ? V : 0}, x.options());
+  at::Tensor result;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "gather_scatter", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    constexpr bool kDirect = std::is_same_v<scalar_t, acc_t>;  // float, double: no separate sum
+    const auto acc_options = x.options().dtype(c10::CppTypeToScalarType<acc_t>::value);
+    at::Tensor acc = at::zeros({V, F}, acc_options);
+    at::Tensor count = mean ? at::zeros({V}, dst_index.options().dtype(at::kInt)) : at::Tensor();
+    int* count_ptr = mean ? count.mutable_data_ptr<int>() : nullptr;
+    if (E > 0 && (F > 0 || mean)) {
+      const int vec = vector_width(x, F / H);
+      int lanes_log2 = 0;  // threads per edge: enough for the row in one step, at most a warp
+      while (lanes_log2 < 5 && (int64_t{vec} << lanes_log2) < F) ++lanes_log2;
+      const int64_t blocks = ((E << lanes_log2) + kGatherScatterThreads - 1) / kGatherScatterThreads;
+      const scalar_t* w = weight ? weight->const_data_ptr<scalar_t>() : nullptr;
+      const auto launch = [&](auto vec_constant, auto weighted) {
+        gather_scatter_kernel<scalar_t, acc_t, decltype(vec_constant)::value, decltype(weighted)::value>
+            <<<blocks, kGatherScatterThreads, 0, stream>>>(
+                x.const_data_ptr<scalar_t>(), src_index ? src_index->const_data_ptr<int64_t>() : nullptr,
+                dst_index.const_data_ptr<int64_t>(), w, N, V, E, F, H, lanes_log2,
+                acc.mutable_data_ptr<acc_t>(), count_ptr, flags.mutable_data_ptr<int64_t>());
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      };
+      const auto with_weight = [&](auto vec_constant) {
+        if (w != nullptr) {
+          launch(vec_constant, std::true_type{});
+        } else {
+          launch(vec_constant, std::false_type{});
+        }
+      };
+      if (vec == 4) {
+        with_weight(std::integral_constant<int, 4>{});
+      } else if (vec == 2) {
+        with_weight(std::integral_constant<int, 2>{});
+      } else {
+        with_weight(std::integral_constant<int, 1>{});
+      }
+    }
+    at::Tensor out = kDirect ? acc : at::empty({V, F}, x.options());
+    if (F == 0) {  // nothing to divide: the counts only
+      if (mean) divisor.copy_(count.clamp_min(1));
+    } else if ((!kDirect || mean) && V > 0) {
+      const int64_t blocks = std::min<int64_t>((V * F + 255) / 256, int64_t{1} << 20);
+      gather_scatter_finish_kernel<scalar_t, acc_t><<<blocks, 256, 0, stream>>>(
+          acc.const_data_ptr<acc_t>(), count_ptr, V, F, out.mutable_data_ptr<scalar_t>(),
+          mean ? divisor.mutable_data_ptr<scalar_t>() : nullptr);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    result = out;
+  });
+  return {result, divisor, flags};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(pyg_fast, CUDA, m) { m.impl("gather_scatter", &gather_scatter); }
+
+}  // namespace pyg_fast::cuda

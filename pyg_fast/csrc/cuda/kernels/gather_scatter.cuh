@@ -1,0 +1,88 @@
+// The COO gather-scatter (ops/gather_scatter.cpp): the first uses of an index, where grouping
+// its edges by destination would cost more than the reduction. Torch-free.
+#pragma once
+
+#include <cstdint>
+
+#include "segment_common.cuh"
+
+namespace pyg_fast::cuda {
+
+constexpr int kGatherScatterThreads = 256;
+
+// Adds VEC values to p (aligned to VEC values). sm_90 adds two or four floats in one atomic:
+// a quarter of the atomic instructions of a 16-value row.
+template <int VEC>
+__device__ __forceinline__ void atomic_add_values(float* p, const float (&v)[VEC]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (VEC == 4) {
+    atomicAdd(reinterpret_cast<float4*>(p), make_float4(v[0], v[1], v[2], v[3]));
+  } else if constexpr (VEC == 2) {
+    atomicAdd(reinterpret_cast<float2*>(p), make_float2(v[0], v[1]));
+  } else {
+    atomicAdd(p, v[0]);
+  }
+#else
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) atomicAdd(p + k, v[k]);
+#endif
+}
+
+template <int VEC>
+__device__ __forceinline__ void atomic_add_values(double* p, const double (&v)[VEC]) {
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) atomicAdd(p + k, v[k]);
+}
+
+// 2^lanes_log2 threads per edge, VEC features each per step: out[dst[e]] += weight[e, h] *
+// x[src[e]] (src == nullptr: x[e]), and count[dst[e]] += 1 where `count` is given. An edge with
+// an end out of range is skipped and raises its flag.
+template <typename scalar_t, typename acc_t, int VEC, bool WEIGHTED>
+__global__ void __launch_bounds__(kGatherScatterThreads) gather_scatter_kernel(
+    const scalar_t* __restrict__ x, const int64_t* __restrict__ src, const int64_t* __restrict__ dst,
+    const scalar_t* __restrict__ weight, int64_t num_src, int64_t num_dst, int64_t num_edges, int64_t features,
+    int64_t heads, int lanes_log2, acc_t* __restrict__ out, int* __restrict__ count, int64_t* __restrict__ flags) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t e = t >> lanes_log2;
+  if (e >= num_edges) return;
+  const int lane = static_cast<int>(t & ((int64_t{1} << lanes_log2) - 1));
+  const int64_t s = src == nullptr ? e : src[e], d = dst[e];
+  const bool src_ok = static_cast<uint64_t>(s) < static_cast<uint64_t>(num_src);
+  const bool dst_ok = static_cast<uint64_t>(d) < static_cast<uint64_t>(num_dst);
+  if (!(src_ok && dst_ok)) {
+    if (lane == 0) {
+      if (!src_ok) flags[0] = 1;
+      if (!dst_ok) flags[1] = 1;
+    }
+    return;
+  }
+  if (count != nullptr && lane == 0) atomicAdd(count + d, 1);
+  const int64_t head_dim = features / heads;
+  const scalar_t* row = x + s * features;
+  acc_t* target = out + d * features;
+  for (int64_t f = static_cast<int64_t>(lane) * VEC; f < features; f += static_cast<int64_t>(VEC) << lanes_log2) {
+    const Vec<scalar_t, VEC> v = *reinterpret_cast<const Vec<scalar_t, VEC>*>(row + f);
+    const acc_t w = WEIGHTED ? static_cast<acc_t>(weight[e * heads + f / head_dim]) : acc_t(1);
+    acc_t a[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) a[k] = w * static_cast<acc_t>(v.v[k]);
+    atomic_add_values<VEC>(target + f, a);
+  }
+}
+
+// out[r, f] = acc[r, f] / divisor[r] in scalar_t, with divisor[r] = max(count[r], 1) where
+// `count` is given (a mean; divisor written once per row), else 1. acc may be out itself.
+template <typename scalar_t, typename acc_t>
+__global__ void gather_scatter_finish_kernel(const acc_t* acc, const int* __restrict__ count, int64_t num_rows,
+                                             int64_t features, scalar_t* out, scalar_t* __restrict__ divisor) {
+  const int64_t total = num_rows * features;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / features;
+    const acc_t c = count == nullptr ? acc_t(1) : static_cast<acc_t>(count[r] > 1 ? count[r] : 1);
+    out[i] = static_cast<scalar_t>(acc[i] / c);
+    if (count != nullptr && i % features == 0) divisor[r] = static_cast<scalar_t>(c);
+  }
+}
+
+}  // namespace pyg_fast::cuda

@@ -1,0 +1,191 @@
+"""The COO gather-scatter (pyg_fast::gather_scatter): the route of the first sums and means over
+a new index, and the routing itself."""
+import pytest
+import torch
+
+import pyg_fast
+from pyg_fast import tuning
+from pyg_fast.ops import _layout
+from pyg_fast.ops._kernels import gather_scatter
+from pyg_fast.testing import DEVICES, DTYPES, assert_close, poison_allocator
+from tests.nn._helpers import PygFastOps
+
+
+def edges(num_src, num_edges, num_dst, device):
+    """Unsorted edges with multi-edges, a hub and destinations that receive nothing."""
+    src = torch.randint(0, num_src, (num_edges,), device=device)
+    dst = torch.randint(0, max(1, num_dst - 5), (num_edges,), device=device)
+    dst[::7] = 0
+    return src, dst
+
+
+def reference(x, src, dst, weight, num_rows, mean):
+    """float64: messages built explicitly, summed by index_add, divided by the clamped count."""
+    x64 = x.double()
+    rows = x64 if src is None else x64.index_select(0, src)
+    if weight is not None:
+        heads = weight.size(1)
+        rows = (rows.view(rows.size(0), heads, -1) * weight.double().unsqueeze(-1)).view(rows.size(0), -1)
+    out = x64.new_zeros(num_rows, x.size(1)).index_add_(0, dst, rows)
+    if mean:
+        count = torch.zeros(num_rows, dtype=torch.float64, device=x.device).index_add_(
+            0, dst, torch.ones(dst.numel(), dtype=torch.float64, device=x.device))
+        out = out / count.clamp(min=1).unsqueeze(1)
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mean", [False, True])
+@pytest.mark.parametrize("weighted", [None, 1, 4])
+@pytest.mark.parametrize("features", [1, 6, 64, 100])
+def test_matches_float64(device, dtype, mean, weighted, features):
+    if weighted and features % weighted:
+        pytest.skip("heads must divide the features")
+    src, dst = edges(70, 900, 50, device)
+    x = torch.randn(70, features, device=device).to(dtype)
+    weight = None if weighted is None else (torch.rand(900, weighted, device=device) + 0.5).to(dtype)
+    poison_allocator(50 * features, device, dtype)
+    out, divisor, flags = torch.ops.pyg_fast.gather_scatter(x, src, dst, weight, 50, mean)
+    assert out.dtype == dtype and out.shape == (50, features)
+    assert_close(out, reference(x, src, dst, weight, 50, mean), dtype)
+    assert flags.tolist() == [0, 0]
+    if mean:
+        count = torch.bincount(dst, minlength=50).clamp(min=1)
+        assert divisor.dtype == dtype and torch.equal(divisor.double().cpu(), count.double().cpu())
+    else:
+        assert divisor.numel() == 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mean", [False, True])
+def test_scatter_without_source_index(device, mean):
+    dst = edges(1, 300, 40, device)[1]
+    x = torch.randn(300, 8, device=device)
+    out = torch.ops.pyg_fast.gather_scatter(x, None, dst, None, 40, mean)[0]
+    assert_close(out, reference(x, None, dst, None, 40, mean), torch.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_inputs(device):
+    x = torch.randn(5, 3, device=device)
+    none = torch.empty(0, dtype=torch.long, device=device)
+    out, divisor, _ = torch.ops.pyg_fast.gather_scatter(x, none, none, None, 4, True)
+    assert torch.equal(out.cpu(), torch.zeros(4, 3)) and torch.equal(divisor.cpu(), torch.ones(4))
+    out, divisor, _ = torch.ops.pyg_fast.gather_scatter(x[:, :0], torch.tensor([1, 2], device=device),
+                                                         torch.tensor([0, 0], device=device), None, 3, True)
+    assert out.shape == (3, 0) and divisor.cpu().tolist() == [2, 1, 1]
+    assert torch.ops.pyg_fast.gather_scatter(x, none, none, None, 0, False)[0].shape == (0, 3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mean", [False, True])
+@pytest.mark.parametrize("heads", [None, 2])
+def test_gradients_and_double_backward(device, mean, heads):
+    src, dst = edges(12, 60, 9, device)
+    x = torch.randn(12, 4, device=device, dtype=torch.float64, requires_grad=True)
+    weight = None if heads is None else torch.rand(60, heads, device=device, dtype=torch.float64,
+                                                   requires_grad=True)
+    inputs = (x,) if weight is None else (x, weight)
+
+    def fn(*args):
+        return torch.ops.pyg_fast.gather_scatter(args[0], src, dst, args[1] if len(args) > 1 else None, 9, mean)[0]
+
+    assert torch.autograd.gradcheck(fn, inputs)
+    assert torch.autograd.gradgradcheck(fn, inputs)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_out_of_range_edges_are_skipped_and_named(device):
+    src, dst = edges(10, 50, 8, device)
+    x = torch.randn(10, 4, device=device)
+    bad_src, bad_dst = src.clone(), dst.clone()
+    bad_src[3], bad_dst[5] = 10, -1
+    out, _, flags = torch.ops.pyg_fast.gather_scatter(x, bad_src, bad_dst, None, 8, False)
+    keep = torch.ones(50, dtype=torch.bool, device=device)
+    keep[3] = keep[5] = False
+    assert flags.tolist() == [1, 1]
+    assert_close(out, reference(x, src[keep], dst[keep], None, 8, False), torch.float32)
+    with pytest.raises(IndexError, match=r"'src_index' holds values outside \[0, 10\) \(x.size\(0\)\)"):
+        gather_scatter(x, bad_src, dst, None, 8, "sum", "src_index|x.size(0)|dst_index|dim_size")
+        pyg_fast.check_errors()
+    with pytest.raises(IndexError, match=r"'dst_index' holds values outside \[0, 8\) \(dim_size\)"):
+        gather_scatter(x, src, bad_dst, None, 8, "sum", "src_index|x.size(0)|dst_index|dim_size")
+        pyg_fast.check_errors()
+
+
+def test_bad_arguments_raise():
+    x, index = torch.randn(5, 3), torch.tensor([0, 1])
+    with pytest.raises(ValueError, match="'src_index' has 2 entries but 'dst_index' has 3"):
+        torch.ops.pyg_fast.gather_scatter(x, index, torch.tensor([0, 1, 2]), None, 3, False)
+    with pytest.raises(ValueError, match="without 'src_index', 'x' must have a row per entry"):
+        torch.ops.pyg_fast.gather_scatter(x, None, index, None, 3, False)
+    with pytest.raises(TypeError, match="'dst_index' must be int64"):
+        torch.ops.pyg_fast.gather_scatter(x, index, index.int(), None, 3, False)
+    with pytest.raises(ValueError, match="'weight' must have shape"):
+        torch.ops.pyg_fast.gather_scatter(x, index, index, torch.ones(2, 2), 3, False)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_public_ops_take_the_coo_route_on_the_first_uses(device, reduce, route):
+    """index_weight_segment_reduce and segment_reduce (with dim_size) over a new index: the COO
+    route for the first uses, the grouped kernels from _layout.REUSED_FROM_USE on, the same
+    values and gradients on both (float64 reference)."""
+    src, dst = edges(30, 200, 20, device)
+    x = torch.randn(30, 8, device=device, requires_grad=True)
+    weight = torch.rand(200, device=device, requires_grad=True)
+    expected = reference(x.detach(), src, dst, weight.detach().unsqueeze(1), 20, reduce == "mean")
+    for use in range(1, _layout.REUSED_FROM_USE + 1):
+        with PygFastOps() as mode:
+            out = pyg_fast.ops.index_weight_segment_reduce(x, src, dst, weight, 20, reduce)
+            gx, gw = torch.autograd.grad(out.square().sum(), (x, weight))
+        coo = route == "coo" and use < _layout.REUSED_FROM_USE
+        assert ("gather_scatter" in mode.ops) == coo and ("index_segment_reduce" in mode.ops) != coo
+        assert_close(out, expected, torch.float32)
+        x64, w64 = x.detach().double().requires_grad_(), weight.detach().double().requires_grad_()
+        ref = reference(x64, src, dst, w64.unsqueeze(1), 20, reduce == "mean")
+        rx, rw = torch.autograd.grad(ref.square().sum(), (x64, w64))
+        assert_close(gx, rx, torch.float32)
+        assert_close(gw, rw, torch.float32)
+    rows = torch.randn(200, 5, device=device)
+    with PygFastOps() as mode:
+        out = pyg_fast.ops.segment_reduce(rows, dst, dim_size=20, reduce=reduce)
+    assert ("gather_scatter" in mode.ops) == (route == "coo")
+    assert_close(out, reference(rows, None, dst, None, 20, reduce == "mean"), torch.float32)
+
+
+def test_route_rules(monkeypatch):
+    """Extrema, deterministic algorithms on CUDA, sizes over tuning.COO_MAX_ELEMENTS and traced
+    calls keep the grouped route."""
+    from pyg_fast.ops._kernels import coo_route
+    monkeypatch.setattr(tuning, "COO_MAX_ELEMENTS", {"cpu": 1000})
+    index = torch.zeros(10, dtype=torch.long)
+    assert coo_route(index, ("k",), 1000) and not coo_route(index, ("k",), 1001)
+    assert not coo_route(index.cuda() if torch.cuda.is_available() else index.to("meta"), ("k",), 10)
+    src, dst = edges(30, 200, 20, "cpu")
+    with PygFastOps() as mode:
+        pyg_fast.ops.index_segment_reduce(torch.randn(30, 4), src, dst, 20, "max")
+    assert "index_segment_reduce" in mode.ops and "gather_scatter" not in mode.ops
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(lambda x: pyg_fast.ops.index_segment_reduce(x, src, dst, 20, "sum"), fullgraph=True,
+                  backend=backend)(torch.randn(30, 4))
+    assert "index_segment_reduce" in graphs[0] and "gather_scatter" not in graphs[0]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA atomics")
+def test_deterministic_mode_keeps_the_grouped_route():
+    src, dst = edges(30, 200, 20, "cuda")
+    torch.use_deterministic_algorithms(True)
+    try:
+        with PygFastOps() as mode:
+            pyg_fast.ops.index_segment_reduce(torch.randn(30, 4, device="cuda"), src, dst, 20, "sum")
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert "gather_scatter" not in mode.ops
