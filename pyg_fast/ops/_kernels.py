@@ -113,32 +113,21 @@ def weight_as(weight: Tensor, dtype: torch.dtype) -> Tensor:
     return w2 if w2.dtype == dtype else w2.to(dtype)
 
 
-# Rows of at most this many values are summed by torch's scatter_add, a thread per value, on an
-# index's first use rather than grouped: GAT's per-head scores (see scatter_sum). On a new index
-# of 223 k edges (H200), 4-value rows: 0.028 ms and 27 us of host time, against 0.28 ms and 281 us
-# to group and reduce.
-SCATTER_ADD_MAX_ROW = 8
-
-
 def scatter_sum(values: Tensor, index: Tensor, num_rows: int) -> Tensor:
     """Sums per-edge ``values`` [E, ...] into rows ``index`` (validated int64) of [num_rows, ...].
 
     Recorded (compile, trace), where a grouping could not be kept for the next step, it is torch's
     atomic ``index_add``: regrouping a graph costs a sort every step, which cost more than the
     whole index_add at both sizes timed on an H100 host (10 k edges: 33 us against 70 us for the
-    sort alone; 1.2 M edges: 160 us against 205 us). In eager mode narrow rows take torch's
-    ``scatter_add`` on the index's first use (GAT's scores on a sampled graph, used once), and the
-    grouping, kept with the index, from its second (a graph reused step after step: on
-    reddit2_like's 23 M destinations, 4-value rows, 0.20 ms grouped against 0.67 ms for
-    scatter_add, H200)."""
+    sort alone; 1.2 M edges: 160 us against 205 us). In eager mode an index's first uses take
+    the COO route (``coo_route``: GAT's scores on a sampled graph, used once), and the grouping,
+    kept with the index, its later ones (a graph reused step after step: on reddit2_like's 23 M
+    destinations, 4-value rows, 0.20 ms grouped against 0.67 ms for scatter_add, H200)."""
     row = math.prod(values.shape[1:])
     if not _layout.eager(values, index):
         return values.new_zeros((num_rows,) + values.shape[1:]).index_add_(0, index, values)
-    # scatter_add's CUDA atomics sum in no fixed order: deterministic mode takes the grouping
-    if (row <= SCATTER_ADD_MAX_ROW and _layout.first_use(index, ("scatter_sum", num_rows))
-            and not torch.are_deterministic_algorithms_enabled()):
-        flat = values.reshape(values.size(0), row)
-        out = flat.new_zeros(num_rows, row).scatter_add_(0, index.unsqueeze(1).expand(-1, row), flat)
+    if coo_route(index, ("scatter_sum", num_rows), values.numel()):
+        out = gather_scatter(values.reshape(values.size(0), row), None, index, None, num_rows, "sum", None)
         return out.view((num_rows,) + values.shape[1:])
     values3 = values.reshape(1, values.size(0), row)
     out = reduce_rows(values3, _layout.coo_layout(index, num_rows), "sum")
@@ -214,7 +203,9 @@ def _gather_backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
         return grad_x, None, None, grad_w, None, None, None
     if ctx.reduce == "mean":  # divided, as PyG's mean backward does: the same rounding
         grad_out = grad_out / _layout.segment_sizes(ptr, grad_out.dtype)
-    if need_x:
+    if need_x and coo_route(src_index, ("transposed", N), E * F):  # no regrouping of a graph's first uses
+        grad_x = gather_scatter(grad_out, _layout.ptr_to_index(ptr, E), src_index, weight, N, "sum", None)
+    elif need_x:
         t = _layout.transposed_layout(src_index, ptr, N, with_perm=weight is not None)
         w_t = None if weight is None else gather_rows(weight, t.perm)
         grad_x = reduce_csr(grad_out, t.dst_index, t.ptr, w_t, "sum")
@@ -250,14 +241,25 @@ def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, w
     F]; ``src_index`` None: row e) into rows ``dst_index[e]`` of [num_rows, F], both indices int64,
     in any order: atomics rather than a grouping (see ``_layout.coo_route``). Edges with an end
     out of range are skipped and reported under ``names`` ('src name|src size name|dst name|dst
-    size name'; None: not reported, a call on indices another call reported). Eager mode only."""
+    size name'; None: not reported, a call on indices another call reported). Reported once per
+    pair of index tensors and sizes, as the grouped route checks an index once: a report copies
+    the flags to the host, 70-100 us of host time a call on an H100 host. Eager mode only."""
     out, _, flags = run(torch.ops.pyg_fast.gather_scatter, x2.contiguous(), src_index, dst_index,
                         None if weight is None else weight.contiguous(), num_rows, reduce == "mean")
-    if names is not None:
+    if names is not None and _first_report(src_index, dst_index, (num_rows, x2.size(0), names)):
         src_name, src_size, dst_name, dst_size = names.split("|")
         _deferred.report(flags, (_layout.range_message(src_name, x2.size(0), src_size),
                                  _layout.range_message(dst_name, num_rows, dst_size)))
     return out
+
+
+def _first_report(src_index: Optional[Tensor], dst_index: Tensor, key: Tuple) -> bool:
+    """Whether this is the first report of the flags of these index tensors under ``key``."""
+    key = ("coo_reported",) + key
+    seen = (_layout.cached(dst_index, key, lambda: [False]) if src_index is None
+            else _layout.cached_with(dst_index, src_index, key, lambda: [False]))
+    first, seen[0] = not seen[0], True
+    return first
 
 
 @torch.library.register_fake("pyg_fast::gather_scatter")

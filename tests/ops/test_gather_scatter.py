@@ -137,9 +137,9 @@ def test_public_ops_take_the_coo_route_on_the_first_uses(device, reduce, route):
     weight = torch.rand(200, device=device, requires_grad=True)
     expected = reference(x.detach(), src, dst, weight.detach().unsqueeze(1), 20, reduce == "mean")
     for use in range(1, _layout.REUSED_FROM_USE + 1):
-        with PygFastOps() as mode:
+        with PygFastOps() as mode:  # the forward (the backward's regrouping counts its own uses)
             out = pyg_fast.ops.index_weight_segment_reduce(x, src, dst, weight, 20, reduce)
-            gx, gw = torch.autograd.grad(out.square().sum(), (x, weight))
+        gx, gw = torch.autograd.grad(out.square().sum(), (x, weight))
         coo = route == "coo" and use < _layout.REUSED_FROM_USE
         assert ("gather_scatter" in mode.ops) == coo and ("index_segment_reduce" in mode.ops) != coo
         assert_close(out, expected, torch.float32)

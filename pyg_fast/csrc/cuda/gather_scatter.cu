@@ -35,7 +35,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
   const int64_t N = x.size(0), F = x.size(1), E = dst_index.numel(), V = num_rows;
   const int64_t H = weight ? weight->size(1) : 1;
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  auto flags = at::zeros({2}, dst_index.options());
+  // The flags and a mean's edge counts share one zero fill (one launch less a call).
+  const at::Tensor zeroed = at::zeros({2 + (mean ? V : 0)}, dst_index.options());
+  const at::Tensor flags = zeroed.narrow(0, 0, 2);
   auto divisor = at::empty({mean ? V : 0}, x.options());
   at::Tensor result;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "gather_scatter", [&] {
@@ -43,8 +45,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
     constexpr bool kDirect = std::is_same_v<scalar_t, acc_t>;  // float, double: no separate sum
     const auto acc_options = x.options().dtype(c10::CppTypeToScalarType<acc_t>::value);
     at::Tensor acc = at::zeros({V, F}, acc_options);
-    at::Tensor count = mean ? at::zeros({V}, dst_index.options().dtype(at::kInt)) : at::Tensor();
-    int* count_ptr = mean ? count.mutable_data_ptr<int>() : nullptr;
+    const at::Tensor count = zeroed.narrow(0, 2, mean ? V : 0);
+    auto* count_ptr = mean ? reinterpret_cast<unsigned long long*>(count.mutable_data_ptr<int64_t>()) : nullptr;
     if (E > 0 && (F > 0 || mean)) {
       const int vec = vector_width(x, F / H);
       int lanes_log2 = 0;  // threads per edge: enough for the row in one step, at most a warp
@@ -56,7 +58,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
             <<<blocks, kGatherScatterThreads, 0, stream>>>(
                 x.const_data_ptr<scalar_t>(), src_index ? src_index->const_data_ptr<int64_t>() : nullptr,
                 dst_index.const_data_ptr<int64_t>(), w, N, V, E, F, H, lanes_log2,
-                acc.mutable_data_ptr<acc_t>(), count_ptr, flags.mutable_data_ptr<int64_t>());
+                acc.mutable_data_ptr<acc_t>(), count_ptr, zeroed.mutable_data_ptr<int64_t>());
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       };
       const auto with_weight = [&](auto vec_constant) {

@@ -41,7 +41,7 @@ template <typename scalar_t, typename acc_t, int VEC, bool WEIGHTED>
 __global__ void __launch_bounds__(kGatherScatterThreads) gather_scatter_kernel(
     const scalar_t* __restrict__ x, const int64_t* __restrict__ src, const int64_t* __restrict__ dst,
     const scalar_t* __restrict__ weight, int64_t num_src, int64_t num_dst, int64_t num_edges, int64_t features,
-    int64_t heads, int lanes_log2, acc_t* __restrict__ out, int* __restrict__ count, int64_t* __restrict__ flags) {
+    int64_t heads, int lanes_log2, acc_t* __restrict__ out, unsigned long long* __restrict__ count, int64_t* __restrict__ flags) {
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t e = t >> lanes_log2;
   if (e >= num_edges) return;
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kGatherScatterThreads) gather_scatter_kernel(
     }
     return;
   }
-  if (count != nullptr && lane == 0) atomicAdd(count + d, 1);
+  if (count != nullptr && lane == 0) atomicAdd(count + d, 1ull);
   const int64_t head_dim = features / heads;
   const scalar_t* row = x + s * features;
   acc_t* target = out + d * features;
@@ -73,13 +73,13 @@ __global__ void __launch_bounds__(kGatherScatterThreads) gather_scatter_kernel(
 // out[r, f] = acc[r, f] / divisor[r] in scalar_t, with divisor[r] = max(count[r], 1) where
 // `count` is given (a mean; divisor written once per row), else 1. acc may be out itself.
 template <typename scalar_t, typename acc_t>
-__global__ void gather_scatter_finish_kernel(const acc_t* acc, const int* __restrict__ count, int64_t num_rows,
+__global__ void gather_scatter_finish_kernel(const acc_t* acc, const unsigned long long* __restrict__ count, int64_t num_rows,
                                              int64_t features, scalar_t* out, scalar_t* __restrict__ divisor) {
   const int64_t total = num_rows * features;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / features;
-    const acc_t c = count == nullptr ? acc_t(1) : static_cast<acc_t>(count[r] > 1 ? count[r] : 1);
+    const acc_t c = count == nullptr ? acc_t(1) : static_cast<acc_t>(count[r] > 1 ? count[r] : 1ull);
     out[i] = static_cast<scalar_t>(acc[i] / c);
     if (count != nullptr && i % features == 0) divisor[r] = static_cast<scalar_t>(c);
   }
