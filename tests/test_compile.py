@@ -39,7 +39,7 @@ def run_compiled(fn, inputs_per_graph, dynamic):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kind", ["gcn", "gcn_no_loops", "gin", "sage", "sage_max", "gat", "gat_edge_attr"])
 @pytest.mark.parametrize("dynamic", [True, None])
-def test_layer_compiles_without_breaks_and_matches_pyg(device, kind, dynamic):
+def test_layer_compiles_without_breaks_and_matches_pyg(device, kind, dynamic, route):
     torch.manual_seed(0)
     ref = make_layer(kind).to(device)
     fast = pyg_fast.nn.convert(copy.deepcopy(ref))
@@ -106,7 +106,7 @@ def op_cases(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", range(5))
-def test_op_compiles_without_breaks_and_matches_float64(device, case):
+def test_op_compiles_without_breaks_and_matches_float64(device, case, route):
     torch.manual_seed(0)
     name, fn, inputs, reference = op_cases(device)[case]
     outs, breaks, graphs = run_compiled(fn, inputs, dynamic=True)

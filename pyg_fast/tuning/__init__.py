@@ -52,6 +52,10 @@ PATCH_MIN_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 21, "cuda": 2 ** 25}
 # against 1.22; 217 k x 602 (131 M): 2.85 against 2.56; 1.2 M x 256: 2.9 against 1.95. CPU (2
 # threads): 37 k x 16 (0.6 M): 1.17 against 1.61; 5 k x 256 (1.3 M): 3.4 against 1.2.
 COO_MAX_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 20, "cuda": 96 * 2 ** 20}
+# The same under torch.compile, where a graph reused step after step would take the route on
+# every step (no use is counted), against a grouping memoised with its edge_index but reached
+# through Python ops (100-200 us of host time each): small graphs and mini-batches only.
+COO_MAX_ELEMENTS_COMPILED: Dict[str, int] = {"cpu": 2 ** 20, "cuda": 2 ** 25}
 
 _rules: Optional[dict] = None
 _override: Optional[Dict] = None

@@ -156,10 +156,11 @@ def test_public_ops_take_the_coo_route_on_the_first_uses(device, reduce, route):
 
 
 def test_route_rules(monkeypatch):
-    """Extrema, deterministic algorithms on CUDA, sizes over tuning.COO_MAX_ELEMENTS and traced
-    calls keep the grouped route."""
+    """Extrema, deterministic algorithms on CUDA, sizes over tuning.COO_MAX_ELEMENTS (eager) or
+    tuning.COO_MAX_ELEMENTS_COMPILED (torch.compile) keep the grouped route."""
     from pyg_fast.ops._kernels import coo_route
     monkeypatch.setattr(tuning, "COO_MAX_ELEMENTS", {"cpu": 1000})
+    monkeypatch.setattr(tuning, "COO_MAX_ELEMENTS_COMPILED", {"cpu": 100})
     index = torch.zeros(10, dtype=torch.long)
     assert coo_route(index, ("k",), 1000) and not coo_route(index, ("k",), 1001)
     assert not coo_route(index.cuda() if torch.cuda.is_available() else index.to("meta"), ("k",), 10)
@@ -189,3 +190,20 @@ def test_deterministic_mode_keeps_the_grouped_route():
     finally:
         torch.use_deterministic_algorithms(False)
     assert "gather_scatter" not in mode.ops
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_coo_route_reports_bad_indices(device, route):
+    """Under torch.compile the route is chosen by size; its range report is an op of the graph."""
+    import torch_geometric.nn as pyg_nn
+    layer = pyg_fast.nn.convert(pyg_nn.SAGEConv(8, 4)).to(device)
+    torch._dynamo.reset()
+    compiled = torch.compile(layer, fullgraph=True, dynamic=True)
+    x = torch.randn(20, 8, device=device)
+    src, dst = edges(20, 100, 20, device)
+    torch.testing.assert_close(compiled(x, torch.stack([src, dst])), layer(x, torch.stack([src, dst])))
+    bad = torch.stack([src, dst])
+    bad[0, 7] = 20
+    with pytest.raises(IndexError, match=r"'edge_index\[0\]' holds values outside \[0, 20\)"):
+        compiled(x, bad)
+        pyg_fast.check_errors()

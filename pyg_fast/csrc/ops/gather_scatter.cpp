@@ -11,6 +11,6 @@ TORCH_LIBRARY_FRAGMENT(pyg_fast, m) {
   // flags[1] (destination) of the int64 [2] `flags`. Summed in float32 (float64 for float64)
   // with atomics on CUDA: the order of a row's terms is not fixed there.
   m.def(
-      "gather_scatter(Tensor x, Tensor? src_index, Tensor dst_index, Tensor? weight, int num_rows, "
+      "gather_scatter(Tensor x, Tensor? src_index, Tensor dst_index, Tensor? weight, SymInt num_rows, "
       "bool mean) -> (Tensor out, Tensor divisor, Tensor flags)");
 }
