@@ -261,8 +261,14 @@ def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, w
         # that no pass drops it (an op whose output nothing reads is removed, side effects or not)
         return out + _report_range(flags, names, x2.detach(), out.detach())
     if _first_report(src_index, dst_index, (num_rows, x2.size(0), names)):
-        _report_range(flags, names, x2, out)
+        _report_flags(flags, names, x2.size(0), num_rows)  # the op's body: no dispatcher round trip
     return out
+
+
+def _report_flags(flags: Tensor, names: str, num_src: int, num_dst: int) -> None:
+    src_name, src_size, dst_name, dst_size = names.split("|")
+    _deferred.report(flags, (_layout.range_message(src_name, num_src, src_size),
+                             _layout.range_message(dst_name, num_dst, dst_size)))
 
 
 # The bounds travel as the tensors whose rows they count (the source rows, the output): an int
@@ -271,9 +277,7 @@ def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, w
 def _report_range(flags: Tensor, names: str, src_rows: Tensor, dst_rows: Tensor) -> Tensor:
     """Reports ``gather_scatter``'s ``flags`` (see its ``names``); returns a 0-d zero of
     ``dst_rows``' dtype."""
-    src_name, src_size, dst_name, dst_size = names.split("|")
-    _deferred.report(flags, (_layout.range_message(src_name, src_rows.size(0), src_size),
-                             _layout.range_message(dst_name, dst_rows.size(0), dst_size)))
+    _report_flags(flags, names, src_rows.size(0), dst_rows.size(0))
     return dst_rows.new_zeros(())
 
 

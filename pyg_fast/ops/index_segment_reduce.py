@@ -62,7 +62,8 @@ def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optiona
             dim_size = int(dst_index.max()) + 1 if num_edges > 0 else 0
         if dim_size < 0:
             raise ValueError(f"pyg_fast: dim_size must be non-negative, got {dim_size}")
-        if reduce in COO_REDUCES and coo_route(dst_index, ("gathered", dim_size), num_edges * x2.size(1)):
+        if reduce in COO_REDUCES and not sorted and coo_route(dst_index, ("gathered", dim_size),
+                                                              num_edges * x2.size(1)):
             out = gather_scatter(x2, _layout.as_long(src_index), _layout.as_long(dst_index),
                                  None if weight is None else weight_as(weight, x.dtype), dim_size, reduce,
                                  "src_index|x.size(0)|dst_index|dim_size")

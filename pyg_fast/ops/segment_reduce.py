@@ -47,7 +47,9 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
         raise ValueError("pyg_fast: pass exactly one of 'index' and 'ptr'")
     shape = list(src.shape)
     src3 = src.reshape(math.prod(shape[:dim]), num_rows, math.prod(shape[dim + 1:]))
-    if ptr is None and dim_size is not None and src3.size(0) == 1 and reduce in COO_REDUCES and dim_size >= 0:
+    # An index declared sorted keeps the grouping: no sort to save, and the claim is checked there
+    if (ptr is None and dim_size is not None and src3.size(0) == 1 and reduce in COO_REDUCES and dim_size >= 0
+            and not sorted):
         check_index_tensor(index, "index", num_rows, src.device)
         index = _layout.as_long(index)
         if coo_route(index, ("segment_reduce", dim_size), src3.numel()):
