@@ -237,7 +237,8 @@ def coo_route(index: Tensor, key: Tuple, elements: int) -> bool:
     device = index.device.type
     if not _layout.eager(index):
         # sizes known only at run time (unbacked: a segment count read from data) keep the grouping
-        return not torch.jit.is_tracing() and guard_or_false(elements <= tuning.COO_MAX_ELEMENTS_COMPILED.get(device, 0))
+        limit = tuning.COO_MAX_ELEMENTS_COMPILED.get(device, 0)
+        return not torch.jit.is_tracing() and guard_or_false(elements <= limit)
     if elements > tuning.COO_MAX_ELEMENTS.get(device, 0):
         return False
     return _layout.use_count(index, ("coo",) + key) < _layout.REUSED_FROM_USE
@@ -247,7 +248,7 @@ def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, w
                    num_rows: int, reduce: str, names: Optional[str]) -> Tensor:
     """``reduce`` ('sum' or 'mean') over the edges e of ``weight[e] * x2[src_index[e]]`` (x2 [N,
     F]; ``src_index`` None: row e) into rows ``dst_index[e]`` of [num_rows, F], both indices int64,
-    in any order: atomics rather than a grouping (see ``_layout.coo_route``). Edges with an end
+    in any order: atomics rather than a grouping (see :func:`coo_route`). Edges with an end
     out of range are skipped and reported under ``names`` ('src name|src size name|dst name|dst
     size name'; None: not reported, a call on indices another call reported). In eager mode
     reported once per pair of index tensors and sizes, as the grouped route checks an index once:
