@@ -79,7 +79,7 @@ def step(rank: int, kind: str, out_dir: str, compiled: bool, device: torch.devic
 @pytest.mark.parametrize("cuda", [False, pytest.param(True, marks=pytest.mark.skipif(
     torch.cuda.device_count() < WORLD, reason=f"needs {WORLD} GPUs"))], ids=["gloo", "nccl"])
 @pytest.mark.parametrize("kind,compiled", [("gcn", False), ("sage", False), ("rgcn", False), ("sage", True),
-                                           ("gcn", True)])
+                                           ("gcn", True), ("rgcn", True)])
 def test_ddp_step_matches_single_process(kind, compiled, cuda, tmp_path):
     mp.spawn(worker, args=(kind, str(tmp_path / "init"), str(tmp_path), compiled, cuda), nprocs=WORLD, join=True)
     single = model(kind)
