@@ -34,6 +34,5 @@ def _route(request, monkeypatch):
     from pyg_fast import tuning
     route = request.node.callspec.params.get("route", "grouped") if hasattr(request.node, "callspec") else "grouped"
     limit = -1 if route == "grouped" else 2 ** 62
-    for name in ("COO_MAX_ELEMENTS", "COO_MAX_ELEMENTS_COMPILED"):
-        monkeypatch.setattr(tuning, name, {"cpu": limit, "cuda": limit})
+    monkeypatch.setattr(tuning, "COO_MAX_ELEMENTS", {"cpu": limit, "cuda": limit})
     return route

@@ -230,16 +230,15 @@ def coo_route(index: Tensor, key: Tuple, elements: int) -> bool:
     (CUDA atomics add in no fixed order). In eager mode on the index's first uses under ``key``
     (before ``_layout.REUSED_FROM_USE``; a graph reused step after step is grouped once then), up
     to ``tuning.COO_MAX_ELEMENTS`` values. Recorded by torch.compile, where no use can be counted,
-    by size alone (``tuning.COO_MAX_ELEMENTS_COMPILED``); a ``torch.jit.trace`` keeps the grouped
-    route (the choice would be a property of its example)."""
+    by size alone; a ``torch.jit.trace`` keeps the grouped route (the choice would be a property of
+    its example)."""
     if index.is_cuda and torch.are_deterministic_algorithms_enabled():
         return False
-    device = index.device.type
+    limit = tuning.COO_MAX_ELEMENTS.get(index.device.type, 0)
     if not _layout.eager(index):
         # sizes known only at run time (unbacked: a segment count read from data) keep the grouping
-        limit = tuning.COO_MAX_ELEMENTS_COMPILED.get(device, 0)
         return not torch.jit.is_tracing() and guard_or_false(elements <= limit)
-    if elements > tuning.COO_MAX_ELEMENTS.get(device, 0):
+    if elements > limit:
         return False
     return _layout.use_count(index, ("coo",) + key) < _layout.REUSED_FROM_USE
 

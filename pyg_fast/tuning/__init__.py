@@ -47,15 +47,15 @@ PATCH_MIN_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 21, "cuda": 2 ** 25}
 
 # The most values (edges x features) a sum or mean over an index's first uses reduces with atomics
 # (the COO route, ``pyg_fast.ops._kernels.coo_route``) rather than grouping the index first, per
-# device type. A mean over a new index, forward + backward, ms (H100, device time): 37 k edges,
-# F = 16-602: 0.75-0.85 COO against 1.11-1.32 grouped; 1.2 M edges x 64 (77 M values): 0.73
-# against 1.22; 217 k x 602 (131 M): 2.85 against 2.56; 1.2 M x 256: 2.9 against 1.95. CPU (2
-# threads): 37 k x 16 (0.6 M): 1.17 against 1.61; 5 k x 256 (1.3 M): 3.4 against 1.2.
+# device type; under torch.compile, where no use is counted, over every use. A mean over a new
+# index, forward + backward, ms (H100, device time): 37 k edges, F = 16-602: 0.75-0.85 COO against
+# 1.11-1.32 grouped; 1.2 M edges x 64 (77 M values): 0.73 against 1.22; 217 k x 602 (131 M): 2.85
+# against 2.56; 1.2 M x 256: 2.9 against 1.95. Compiled 3-layer GCN, GIN, SAGE and GAT training
+# steps on arxiv_like's reused graph (75 M values), ms: 4.16 / 2.71 / 2.83 / 6.60 COO against
+# 4.39 / 2.88 / 2.99 / 6.62 with the grouping memoised behind the compiled graph's Python ops (H100,
+# interleaved). CPU (2 threads): 37 k x 16 (0.6 M): 1.17 against 1.61; 5 k x 256 (1.3 M): 3.4
+# against 1.2.
 COO_MAX_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 20, "cuda": 96 * 2 ** 20}
-# The same under torch.compile, where a graph reused step after step would take the route on
-# every step (no use is counted), against a grouping memoised with its edge_index but reached
-# through Python ops (100-200 us of host time each): small graphs and mini-batches only.
-COO_MAX_ELEMENTS_COMPILED: Dict[str, int] = {"cpu": 2 ** 20, "cuda": 2 ** 25}
 
 _rules: Optional[dict] = None
 _override: Optional[Dict] = None

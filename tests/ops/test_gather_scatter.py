@@ -156,11 +156,10 @@ def test_public_ops_take_the_coo_route_on_the_first_uses(device, reduce, route):
 
 
 def test_route_rules(monkeypatch):
-    """Extrema, deterministic algorithms on CUDA, sizes over tuning.COO_MAX_ELEMENTS (eager) or
-    tuning.COO_MAX_ELEMENTS_COMPILED (torch.compile) keep the grouped route."""
+    """Extrema, deterministic algorithms on CUDA and sizes over tuning.COO_MAX_ELEMENTS (eager and
+    under torch.compile) keep the grouped route."""
     from pyg_fast.ops._kernels import coo_route
     monkeypatch.setattr(tuning, "COO_MAX_ELEMENTS", {"cpu": 1000})
-    monkeypatch.setattr(tuning, "COO_MAX_ELEMENTS_COMPILED", {"cpu": 100})
     index = torch.zeros(10, dtype=torch.long)
     assert coo_route(index, ("k",), 1000) and not coo_route(index, ("k",), 1001)
     assert not coo_route(index.to("meta"), ("k",), 10)  # a device type without a limit keeps the grouping
@@ -174,10 +173,14 @@ def test_route_rules(monkeypatch):
         graphs.append(str(gm.graph))
         return gm.forward
 
-    torch._dynamo.reset()
-    torch.compile(lambda x: pyg_fast.ops.index_segment_reduce(x, src, dst, 20, "sum"), fullgraph=True,
-                  backend=backend)(torch.randn(30, 4))
-    assert "index_segment_reduce" in graphs[0] and "gather_scatter" not in graphs[0]
+    compiled = torch.compile(lambda x: pyg_fast.ops.index_segment_reduce(x, src, dst, 20, "sum"), fullgraph=True,
+                             backend=backend)
+    for limit in (200 * 4, 200 * 4 - 1):  # 200 edges x 4 features
+        monkeypatch.setattr(tuning, "COO_MAX_ELEMENTS", {"cpu": limit})
+        torch._dynamo.reset()
+        compiled(torch.randn(30, 4))
+    assert "gather_scatter" in graphs[0] and "index_segment_reduce" not in graphs[0]
+    assert "index_segment_reduce" in graphs[1] and "gather_scatter" not in graphs[1]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA atomics")
