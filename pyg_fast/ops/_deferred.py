@@ -7,8 +7,9 @@ raises (``poll``; :func:`check_errors` waits for every pending check). ``config.
 "sync"`` waits at the call instead. ``HostValue`` reads a small integer tensor the same way,
 for decisions that can wait until the value is there (the schedule of a reused graph).
 """
+import threading
 from collections import deque
-from typing import Deque, List, Optional, Sequence, Tuple, Type
+from typing import Deque, Dict, List, Optional, Sequence, Tuple, Type
 
 import torch
 from torch import Tensor
@@ -17,17 +18,32 @@ from pyg_fast.config import config
 
 Message = Tuple[Type[Exception], str]
 
-_SLOT = 8  # flags or values per slot of the pinned ring
+_SLOT = 8  # flags or values per slot of a pinned ring
 _SLOTS = 512
-_ring: Optional[Tensor] = None  # [_SLOTS, _SLOT] int64 in pinned host memory
-# Per slot: its row of the ring and the event that marks its copy, made once with the ring
-# (a new torch.cuda.Event and a 2-d index of the ring cost more than the copy itself).
-_rows: List[Tensor] = []
-_events: List = []
-# Slots whose copy may not have landed yet, oldest first: (slot, event, owner); owner is a
-# _Check (raises when a flag is set) or a HostValue (keeps the values).
+
+
+class _Ring:
+    """One CUDA device's slots of pinned host memory, with the event that marks each slot's copy
+    (made once: a new torch.cuda.Event and a 2-d index of the ring cost more than the copy). Per
+    device: an event records on one device's streams only, so one ring for every GPU of a process
+    failed at the first call on a second GPU."""
+    __slots__ = ("device", "rows", "events", "free")
+
+    def __init__(self, device: torch.device):
+        with torch.cuda.device(device):
+            ring = torch.zeros(_SLOTS, _SLOT, dtype=torch.long, pin_memory=True)
+        self.device = device
+        self.rows: List[Tensor] = list(ring.unbind(0))
+        self.events = [torch.cuda.Event() for _ in range(_SLOTS)]
+        self.free: List[int] = list(range(_SLOTS))
+
+
+_rings: Dict[torch.device, _Ring] = {}
+# Slots whose copy may not have landed yet, oldest first: (ring, slot, owner); owner is a _Check
+# (raises when a flag is set) or a HostValue (keeps the values).
 _in_flight: Deque = deque()
-_free: List[int] = []
+# Threads share the rings (torch.nn.DataParallel runs one replica a GPU in threads of one process).
+_lock = threading.RLock()
 
 LATE = ("(reported once the check reached the host: on CUDA index checks run behind the kernels "
         "without a host synchronisation, so the call that passed it, or a later one, raises, and that "
@@ -42,24 +58,21 @@ class _Check:
         self.messages = messages
 
 
-def _slot(values: Tensor, owner) -> int:
-    """Copies ``values`` (at most _SLOT int64 on a CUDA device) into a free slot of the pinned
-    ring behind the current stream, without waiting; returns the slot."""
-    global _ring
-    if _ring is None:
-        _ring = torch.zeros(_SLOTS, _SLOT, dtype=torch.long, pin_memory=True)
-        _rows.extend(_ring.unbind(0))
-        _events.extend(torch.cuda.Event() for _ in range(_SLOTS))
-        _free.extend(range(_SLOTS))
-    while not _free:  # every slot in flight: wait for the oldest (thousands of unlanded checks)
-        _in_flight[0][1].synchronize()
-        poll()
-    slot = _free.pop()
-    _rows[slot].narrow(0, 0, values.numel()).copy_(values, non_blocking=True)
-    event = _events[slot]
-    event.record()
-    _in_flight.append((slot, event, owner))
-    return slot
+def _slot(values: Tensor, owner) -> None:
+    """Copies ``values`` (at most _SLOT int64 on a CUDA device) into a free slot of that device's
+    pinned ring behind the device's current stream, without waiting."""
+    ring = _rings.get(values.device)
+    if ring is None:
+        ring = _rings[values.device] = _Ring(values.device)
+    with _lock:
+        while not ring.free:  # every slot in flight: wait for the oldest (thousands of unlanded checks)
+            oldest = next(entry for entry in _in_flight if entry[0] is ring)
+            oldest[0].events[oldest[1]].synchronize()
+            poll()
+        slot = ring.free.pop()
+        ring.rows[slot].narrow(0, 0, values.numel()).copy_(values, non_blocking=True)
+        ring.events[slot].record(torch.cuda.current_stream(values.device))
+        _in_flight.append((ring, slot, owner))
 
 
 def _capturing() -> bool:
@@ -74,15 +87,16 @@ def poll() -> None:
     if not _in_flight or _capturing():
         return
     failure = None
-    while _in_flight and _in_flight[0][1].query():
-        slot, _, owner = _in_flight.popleft()
-        if isinstance(owner, _Check):
-            if failure is None:
-                flags = _rows[slot].tolist()  # host memory: no synchronisation
-                failure = next((m for m, f in zip(owner.messages, flags) if f), None)
-            _free.append(slot)
-        else:
-            owner._landed(slot)
+    with _lock:
+        while _in_flight and _in_flight[0][0].events[_in_flight[0][1]].query():
+            ring, slot, owner = _in_flight.popleft()
+            if isinstance(owner, _Check):
+                if failure is None:
+                    flags = ring.rows[slot].tolist()  # host memory: no synchronisation
+                    failure = next((m for m, f in zip(owner.messages, flags) if f), None)
+                ring.free.append(slot)
+            else:
+                owner._landed(ring, slot)
     if failure is not None:
         kind, text = failure
         raise kind(f"{text} {LATE}")
@@ -91,7 +105,12 @@ def poll() -> None:
 def check_errors() -> None:
     """Waits for every pending index check and raises for the first that failed."""
     if _in_flight and not _capturing():
-        _in_flight[-1][1].synchronize()
+        with _lock:
+            last = {}  # each device's newest copy: its event marks every earlier one of that device
+            for ring, slot, _ in _in_flight:
+                last[ring] = slot
+        for ring, slot in last.items():
+            ring.events[slot].synchronize()
     poll()
 
 
@@ -121,9 +140,9 @@ class HostValue:
         self.count = values.numel()
         _slot(values.long(), self)
 
-    def _landed(self, slot: int) -> None:
-        self.values = _rows[slot].tolist()[:self.count]
-        _free.append(slot)
+    def _landed(self, ring: _Ring, slot: int) -> None:
+        self.values = ring.rows[slot].tolist()[:self.count]
+        ring.free.append(slot)
 
     def get(self) -> Optional[List[int]]:
         if self.values is None:

@@ -48,6 +48,24 @@ def test_cuda_raises_later_without_waiting(case):
     pyg_fast.check_errors()  # reported once
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_checks_on_two_gpus_of_one_process():
+    """Each GPU's checks reach the host, in turn and with another GPU current (one ring of
+    events for every GPU failed at the first call on the second)."""
+    pyg_fast.check_errors()
+    for device, current in (("cuda:0", 0), ("cuda:1", 1), ("cuda:0", 0), ("cuda:1", 0)):
+        call, message = bad_calls(device)[1]
+        with torch.cuda.device(current), pytest.raises(IndexError, match=message):
+            call()
+            pyg_fast.check_errors()
+    x = torch.randn(10, 4, device="cuda:1")
+    src, dst = torch.tensor([0, 1, 9], device="cuda:1"), torch.tensor([0, 0, 1], device="cuda:1")
+    with torch.cuda.device(0):
+        out = pyg_fast.index_segment_reduce(x, src, dst, 2)
+    pyg_fast.check_errors()
+    torch.testing.assert_close(out, torch.stack([x[0] + x[1], x[9]]))
+
+
 @needs_cuda
 @pytest.mark.parametrize("case", range(5))
 def test_cuda_sync_mode_raises_at_the_call(case):
