@@ -81,6 +81,25 @@ def test_merge_results_keeps_the_origin_of_each_suite():
     assert sorted(r["suite"] for r in second["records"]) == ["x", "y", "z"]
 
 
+def test_merge_results_by_case_replaces_only_the_cases_rerun():
+    from benchmarks.merge_results import merge
+
+    def run(commit, cases, ms):
+        env = {"gpu": "g", "commit": commit, "csrc_tree": commit, "date": commit, "torch_scatter": None}
+        return {"env": env, "records": [{"suite": "s", "case": {"graph": g}, "method": "pyg_fast", "ms": ms}
+                                        for g in cases] + [{"suite": "t", "case": {}, "method": "m", "ms": ms}]}
+
+    merged = merge([run("a", ["cora", "arxiv"], 1.0), run("b", ["cora"], 2.0)], by_case=["s"])
+    got = {r["case"]["graph"]: (r["ms"], r["origin"]["commit"]) for r in merged["records"] if r["suite"] == "s"}
+    assert got == {"cora": (2.0, "b"), "arxiv": (1.0, "a")}
+    assert [r["ms"] for r in merged["records"] if r["suite"] == "t"] == [2.0]  # whole suites as before
+    assert [(r["commit"], r["suites"]) for r in merged["env"]["runs"]] == [("b", ["s", "t"]), ("a", ["s"])]
+    # merged again: each record keeps its run
+    again = merge([merged, run("c", ["pubmed"], 3.0)], by_case=["s"])
+    got = {r["case"]["graph"]: r["origin"]["commit"] for r in again["records"] if r["suite"] == "s"}
+    assert got == {"cora": "b", "arxiv": "a", "pubmed": "c"}
+
+
 def test_sweep_merge_keeps_lower_timing_of_unchanged_schedules():
     """A re-sweep merged with ``changed``: unchanged schedules keep the lower of their two timings,
     changed ones take the new timing, and the bests are recomputed from the merged timings."""
