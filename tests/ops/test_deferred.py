@@ -48,6 +48,77 @@ def test_cuda_raises_later_without_waiting(case):
     pyg_fast.check_errors()  # reported once
 
 
+class _StubEvent:
+    """torch.cuda.Event on the CPU, all records on one stream: a record lands when the test says
+    so, or when a later one is waited for."""
+    recorded = []
+
+    def __init__(self):
+        self.done = False
+
+    def record(self, stream=None):
+        self.done = False
+        _StubEvent.recorded.append(self)
+
+    def query(self):
+        return self.done
+
+    def synchronize(self):  # a stream's earlier records land first
+        at = _StubEvent.recorded.index(self) + 1 if self in _StubEvent.recorded else 0
+        for event in _StubEvent.recorded[:at]:
+            event.done = True
+        del _StubEvent.recorded[:at]
+        self.done = True
+
+
+def test_the_pinned_rings_on_stubbed_cuda_events(monkeypatch):
+    """The rings' bookkeeping, run on the CPU with CUDA's events, streams and pinned memory stubbed:
+    a failed check raises once its copy has landed, a host value arrives, a full ring waits for its
+    oldest copy, and check_errors waits on every device's ring."""
+    from collections import deque
+    from contextlib import nullcontext
+    from pyg_fast.ops import _deferred
+    zeros = torch.zeros
+    monkeypatch.setattr(torch.cuda, "Event", _StubEvent)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    monkeypatch.setattr(torch, "zeros", lambda *a, pin_memory=False, **k: zeros(*a, **k))
+    monkeypatch.setattr(_deferred, "_capturing", lambda: False)
+    monkeypatch.setattr(_deferred, "_SLOTS", 4)
+    monkeypatch.setattr(_deferred, "_rings", {})
+    monkeypatch.setattr(_deferred, "_in_flight", deque())
+
+    def land():
+        for event in _StubEvent.recorded:
+            event.done = True
+        _StubEvent.recorded.clear()
+
+    _deferred._slot(torch.tensor([0, 1]), _deferred._Check(((IndexError, "first"), (ValueError, "second"))))
+    _deferred._slot(torch.tensor([0, 0]), _deferred._Check(((IndexError, "third"),)))
+    _deferred.poll()  # nothing has landed: nothing raises
+    assert len(_deferred._in_flight) == 2
+    land()
+    with pytest.raises(ValueError, match="^second .*reached the host"):
+        _deferred.poll()
+    ring = _deferred._rings[torch.device("cpu")]
+    assert not _deferred._in_flight and sorted(ring.free) == [0, 1, 2, 3]
+    value = _deferred.HostValue(torch.tensor([5, 6, 7]))
+    assert value.get() is None
+    land()
+    assert value.get() == [5, 6, 7]
+    for _ in range(5):  # four slots: the fifth waits for the oldest copy
+        _deferred._slot(torch.tensor([0]), _deferred._Check(((IndexError, "x"),)))
+    assert len(_deferred._in_flight) == 4
+    other = _deferred._rings["another device"] = _deferred._Ring(torch.device("cpu"))
+    slot = other.free.pop()
+    other.rows[slot][0] = 1
+    other.events[slot].record()
+    _deferred._in_flight.append((other, slot, _deferred._Check(((IndexError, "on the other device"),))))
+    with pytest.raises(IndexError, match="^on the other device"):
+        _deferred.check_errors()
+    assert not _deferred._in_flight and len(other.free) == 4 and len(ring.free) == 4
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 def test_checks_on_two_gpus_of_one_process():
     """Each GPU's checks reach the host, in turn and with another GPU current (one ring of
