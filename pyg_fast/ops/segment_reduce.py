@@ -27,8 +27,9 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
     An ``index`` is grouped by a stable sort on its device (skipped where ``sorted=True``
     promises order, or on the CPU where it is found sorted); in eager mode the grouping is
     cached with the index tensor, and the first sums and means over an index (with
-    ``dim_size`` given) add with atomics instead, without a grouping. Index values are checked without a host synchronisation
-    (see ``pyg_fast.config``); pass ``dim_size``, else it is read from the index (one).
+    ``dim_size`` given) add with atomics instead, without a grouping. Index values are checked
+    without a host synchronisation (see ``pyg_fast.config``); pass ``dim_size``, else it is read
+    from the index (one).
 
     Args:
         src: values, any shape, floating point.
