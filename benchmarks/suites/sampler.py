@@ -1,7 +1,8 @@
 """Suite "sampler": one mini-batch of neighbour sampling (seeds drawn at random, fanouts [25, 10]).
 
 Case keys: graph, fanout, batch_size. Methods: ``pyg_fast`` (``pyg_fast.sampler.sample`` with the
-graph's CSC on the benchmark device), ``pyg_fast_cpu`` (the same on the CPU) and ``torch_sparse``
+graph's CSC on the benchmark device, its hops replayed from a CUDA graph as ``NeighborSampler``
+does), ``pyg_fast_cpu`` (the same on the CPU) and ``torch_sparse``
 (torch-sparse's CPU sampler, ``torch.ops.torch_sparse.neighbor_sample``, where it is installed).
 Each record carries ``edges_per_s``, sampled edges per second. Before timing, every method's
 batch is checked: each sampled edge exists in the graph and each target got min(in-degree,
@@ -54,7 +55,7 @@ def run(rec: Recorder, device, quick: bool = False) -> None:
             methods = {}
             for name, place in places.items():
                 c, r, s = colptr.to(place), row.to(place), seeds.to(place)
-                methods[name] = (lambda c=c, r=r, s=s: pyg_fast.sampler.sample(c, r, s, FANOUTS)), place
+                methods[name] = (lambda c=c, r=r, s=s, g={}: pyg_fast.sampler.sample(c, r, s, FANOUTS, graphs=g)), place
             if hasattr(torch.ops, "torch_sparse") and hasattr(torch.ops.torch_sparse, "neighbor_sample"):
                 methods["torch_sparse"] = (lambda: torch.ops.torch_sparse.neighbor_sample(
                     colptr, row, seeds, FANOUTS, False, True)), torch.device("cpu")

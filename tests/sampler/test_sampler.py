@@ -113,6 +113,29 @@ def test_a_seeded_generator_gives_the_same_batches(device):
         assert n1.equal(n2) and e1.equal(e2)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs replay on CUDA only")
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("disjoint", [False, True])
+def test_replayed_hops_give_the_batches_of_op_by_op_sampling(replace, disjoint):
+    data = graph(num_nodes=300, num_edges=4000)
+    perm = torch.argsort(data.edge_index[1], stable=True)
+    colptr = torch._convert_indices_from_coo_to_csr(data.edge_index[1, perm], data.num_nodes).cuda()
+    row = data.edge_index[0, perm].cuda()
+    seed_sets = [torch.randperm(300, generator=torch.Generator().manual_seed(i))[:n].cuda()
+                 for i, n in enumerate([32, 32, 7, 32])]  # a second seed count: a second graph
+
+    def run(graphs):
+        gen = torch.Generator(device="cuda").manual_seed(11)
+        return [sampler.sample(colptr, row, s, [6, 4], replace, disjoint, gen, graphs) for s in seed_sets]
+
+    graphs = {}
+    replayed, op_by_op = run(graphs), run(None)
+    assert len(graphs) == 2
+    for got, want in zip(replayed, op_by_op):  # earlier batches survive later replays
+        for g, w in zip(got, want):
+            assert g.equal(w) if isinstance(g, torch.Tensor) else g == w
+
+
 def hetero_graph():
     gen = torch.Generator().manual_seed(3)
     data = HeteroData()
