@@ -263,7 +263,7 @@ def _grow(seeds: Dict[str, Tensor], colptrs, rows, ends, num_nodes, fanouts, hop
         all_nodes, all_ids = torch.cat(st.nodes), torch.cat(st.ids)
         B, S = st.nodes[0].numel(), all_ids.numel()
         placed = all_nodes >= 0
-        placed[:B] = True
+        placed[:B].fill_(True)
         slot = torch.where(placed, all_ids, S)  # slots that found a known node go to the spare row S
         node[t] = torch.empty(S + 1, dtype=torch.long, device=device).index_copy_(
             0, slot, torch.where(placed, all_nodes, 0))
@@ -348,7 +348,7 @@ class _DenseIds:
             0, torch.where(new, c, spare), slot, "amin")
         first = new & (first_slot[c] == slot)
         self.table.index_put_((torch.where(first, c, spare),), self.count + torch.cumsum(first, 0) - 1)
-        self.table[spare] = -1
+        self.table[spare:].fill_(-1)  # fill_, not an assignment: that copies a host scalar (no CUDA graph)
         self.count = self.count + first.sum()
         return torch.where(valid, self.table[c], -1), first
 
