@@ -332,8 +332,8 @@ class _DenseIds:
     def __init__(self, seed: Tensor, num_nodes: int):
         B = seed.numel()
         self.table = torch.full((num_nodes + 1,), -1, dtype=torch.long, device=seed.device)  # + a spare row
-        # a seed given twice keeps the id of its first place
-        self.table.scatter_reduce_(0, seed, torch.arange(B, device=seed.device), "amin", include_self=False)
+        if B:  # a seed given twice keeps the id of its first place
+            self.table.scatter_reduce_(0, seed, torch.arange(B, device=seed.device), "amin", include_self=False)
         self.count = torch.full((), B, dtype=torch.long, device=seed.device)
 
     def number(self, cand: Tensor) -> Tuple[Tensor, Tensor]:
