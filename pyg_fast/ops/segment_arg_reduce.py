@@ -9,6 +9,7 @@ from torch import Tensor
 
 from pyg_fast.ops import _layout
 from pyg_fast.ops._checks import check_dim
+from pyg_fast.ops._kernels import reduce_rows
 
 ARG_REDUCES = ("max", "min", "mul")
 
@@ -19,6 +20,11 @@ def _(src, ptr, perm, reduce):
     V = ptr.size(0) - 1
     arg_shape = (0,) if reduce == "mul" else (B, V, F)
     return src.new_empty(B, V, F), ptr.new_empty(arg_shape)
+
+
+@torch.library.register_fake("pyg_fast::scatter_arg")
+def _(src, index, out):
+    return index.new_empty(out.shape)
 
 
 def segment_arg_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
@@ -44,6 +50,14 @@ def segment_arg_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optiona
     layout, dim_size = _layout.segments(index, ptr, src, dim, dim_size, is_sorted=sorted, ptr_covers_all=False)
     shape = list(src.shape)
     src3 = src.reshape(math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:]))
-    out, arg = torch.ops.pyg_fast.segment_arg_reduce(src3.contiguous(), layout.ptr, layout.perm, reduce)
+    if index is not None and reduce != "mul" and src.is_floating_point():
+        # The extremum by segment_reduce's schedules, then the first row holding it in one pass
+        # over the rows (arxiv_like-size graphs, F = 16: a walk per segment took 0.80 ms against
+        # torch_scatter's 0.28)
+        src3 = src3.contiguous()
+        out = reduce_rows(src3, layout, reduce)
+        arg = torch.ops.pyg_fast.scatter_arg(src3, _layout.as_long(index), out)
+    else:
+        out, arg = torch.ops.pyg_fast.segment_arg_reduce(src3.contiguous(), layout.ptr, layout.perm, reduce)
     shape[dim] = dim_size
     return out.view(shape), None if reduce == "mul" else arg.view(shape)

@@ -113,8 +113,8 @@ def CSR_CALL(src, index, indptr, reduce):
 @pytest.mark.parametrize("reduce", ["max", "min"])
 def test_value_only_extremum_runs_the_kernels(call, reduce):
     """The value-only functions run pyg_fast's kernels, never torch's scatter_reduce: the scatter
-    and COO families the segment kernel (no argument) unless a gradient needs the argument, then
-    the argument kernel; the CSR family the argument kernel, which reads its pointer as given. The
+    and COO families the segment kernel, and the argument pass after it where a gradient needs
+    the argument; the CSR family the argument kernel, which reads its pointer as given. The
     values stay those of float64 torch."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -138,7 +138,8 @@ def test_value_only_extremum_runs_the_kernels(call, reduce):
         assert_close(values, expected, torch.float32)
         names = " ".join(ops.names)
         assert "scatter_reduce" not in names
-        assert ("segment_arg_reduce" in names) == (requires_grad or call is CSR_CALL)
+        assert ("segment_arg_reduce" in names) == (call is CSR_CALL)
+        assert ("scatter_arg" in names) == (requires_grad and call is not CSR_CALL)
 
 
 def test_csr_family_overwrites_out_and_takes_an_empty_indptr():
