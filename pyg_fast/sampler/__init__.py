@@ -48,8 +48,8 @@ class NeighborSampler(_PyGNeighborSampler):
             raise NotImplementedError("pyg_fast.sampler.NeighborSampler: temporal and weighted sampling are not "
                                       "supported yet")
         devices = _devices(data)
-        self.device = torch.device(device) if device is not None else (devices.pop() if len(devices) == 1 else
-                                                                        torch.device("cpu"))
+        self.device = _indexed(device) if device is not None else (devices.pop() if len(devices) == 1 else
+                                                                   torch.device("cpu"))
         if devices - {self.device}:
             raise ValueError(f"pyg_fast.sampler.NeighborSampler samples on {self.device}, but the data holds "
                              f"tensors on {sorted(map(str, devices))}: the batches index them with tensors on "
@@ -100,6 +100,13 @@ class NeighborSampler(_PyGNeighborSampler):
         remap = lambda d: {restore[k]: v for k, v in d.items()}  # noqa: E731
         return HeteroSamplerOutput(node=node, row=remap(row), col=remap(col), edge=remap(edge), batch=batch,
                                    num_sampled_nodes=nodes_per_hop, num_sampled_edges=remap(edges_per_hop))
+
+
+def _indexed(device) -> torch.device:
+    """``device`` with its index (``"cuda"`` is the current GPU), as the data's tensors name theirs."""
+    device = torch.device(device)
+    return torch.device("cuda", torch.cuda.current_device()) if device.type == "cuda" and device.index is None \
+        else device
 
 
 def _devices(data) -> set:

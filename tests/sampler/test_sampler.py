@@ -188,5 +188,6 @@ def test_unsupported_inputs_raise_clearly():
 @pytest.mark.parametrize("device", DEVICES)
 def test_sampling_runs_where_the_data_lives(device):
     data = graph().to(device)
-    batch = next(iter(sampler.NeighborLoader(data, [3, 2], batch_size=8)))
-    assert batch.n_id.device.type == device and batch.x.equal(data.x[batch.n_id])
+    for named in (None, device):  # "cuda" names the GPU the data's tensors call cuda:0
+        batch = next(iter(sampler.NeighborLoader(data, [3, 2], batch_size=8, device=named)))
+        assert batch.n_id.device.type == device and batch.x.equal(data.x[batch.n_id])
