@@ -14,6 +14,7 @@ captured CUDA graph; the sizes the loader needs are read once per batch (one hos
 synchronisation) and for a fanout of -1 (one per such hop). ``pyg_fast.sampler.NeighborLoader``
 is PyG's ``NeighborLoader`` with this sampler.
 """
+import gc
 import warnings
 from typing import Dict, List, Optional, Tuple
 
@@ -195,9 +196,17 @@ def _replay(graphs: dict, seeds: Dict[str, Tensor], args: tuple):
         g = torch.cuda.CUDAGraph()
         if generator is not None:
             g.register_generator_state(generator)
-        # thread_local: a loader's pin-memory thread may use CUDA while this captures
-        with torch.cuda.graph(g, capture_error_mode="thread_local"):
-            out = _grow(static, *args)
+        # thread_local: a loader's pin-memory thread may use CUDA while this captures. No garbage
+        # collection while capturing: it can free another sampler's graph, which CUDA forbids then
+        # (and the capture fails: 1 run in 4 of the sampler tests under pytest-xdist, H100)
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            with torch.cuda.graph(g, capture_error_mode="thread_local"):
+                out = _grow(static, *args)
+        finally:
+            if collecting:
+                gc.enable()
         entry = graphs[key] = (g, static, out, args)
     else:
         for t, s in seeds.items():
