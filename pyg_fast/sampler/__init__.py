@@ -187,9 +187,10 @@ def sample_typed(colptrs: Dict[str, Tensor], rows: Dict[str, Tensor], ends: Dict
 def _replay(graphs: dict, seeds: Dict[str, Tensor], args: tuple):
     """:func:`_grow` replayed from a CUDA graph captured for these seed counts (and graph
     tensors, which the entry keeps alive so that their addresses stay theirs)."""
-    colptrs, rows, generator = args[0], args[1], args[8]
+    colptrs, rows, ends, _, fanouts, _, replace, disjoint, generator = args
     key = (tuple((t, s.numel()) for t, s in seeds.items()),
-           tuple(t.data_ptr() for t in (*colptrs.values(), *rows.values())), id(generator))
+           tuple(t.data_ptr() for t in (*colptrs.values(), *rows.values())), id(generator),
+           tuple((r, tuple(f)) for r, f in fanouts.items()), tuple(ends.items()), replace, disjoint)
     entry = graphs.get(key)
     if entry is None:
         static = {t: s.clone() for t, s in seeds.items()}

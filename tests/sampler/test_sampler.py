@@ -126,11 +126,12 @@ def test_replayed_hops_give_the_batches_of_op_by_op_sampling(replace, disjoint):
 
     def run(graphs):
         gen = torch.Generator(device="cuda").manual_seed(11)
-        return [sampler.sample(colptr, row, s, [6, 4], replace, disjoint, gen, graphs) for s in seed_sets]
+        return [sampler.sample(colptr, row, s, fanouts, replace, disjoint, gen, graphs)
+                for s in seed_sets for fanouts in ([6, 4], [3])]  # other fanouts: other graphs
 
     graphs = {}
     replayed, op_by_op = run(graphs), run(None)
-    assert len(graphs) == 2
+    assert len(graphs) == 4
     for got, want in zip(replayed, op_by_op):  # earlier batches survive later replays
         for g, w in zip(got, want):
             assert g.equal(w) if isinstance(g, torch.Tensor) else g == w
