@@ -22,10 +22,13 @@ at::Tensor scatter_arg(const at::Tensor& src, const at::Tensor& index, const at:
   const int64_t B = src.size(0), E = src.size(1), F = src.size(2), V = out.size(1);
   auto arg = at::full({B, V, F}, E, index.options());
   if (src.numel() == 0) return arg;
-  const int64_t blocks = std::min<int64_t>((src.numel() + kScatterArgThreads - 1) / kScatterArgThreads, 1 << 20);
+  const int lanes = scatter_arg_lanes(F), rows = kScatterArgThreads / lanes;
+  const dim3 block(lanes, rows);
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>((E + rows - 1) / rows, 1 << 20)),
+                  static_cast<unsigned>(std::min<int64_t>(B, 65535)));
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "scatter_arg", [&] {
-    scatter_arg_kernel<scalar_t, at::opmath_type<scalar_t>><<<blocks, kScatterArgThreads, 0, stream>>>(
+    scatter_arg_kernel<scalar_t, at::opmath_type<scalar_t>><<<grid, block, 0, stream>>>(
         src.const_data_ptr<scalar_t>(), index.const_data_ptr<int64_t>(), out.const_data_ptr<scalar_t>(), B, E, V, F,
         reinterpret_cast<unsigned long long*>(arg.mutable_data_ptr<int64_t>()));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
