@@ -1,6 +1,8 @@
-"""Segment max/min with the row of the extremum, and segment products
-(torch.ops.pyg_fast.segment_arg_reduce): torch_scatter's semantics, which the stand-in
-(``pyg_fast.compat.torch_scatter``) needs and ``segment_reduce`` does not have."""
+"""Segment max/min with the row of the extremum, and segment products: torch_scatter's semantics,
+which the stand-in (``pyg_fast.compat.torch_scatter``) needs and ``segment_reduce`` does not have.
+Floating max/min over an index take the extremum from ``segment_reduce``'s kernels and its row
+from ``torch.ops.pyg_fast.scatter_arg``; the rest walk each segment
+(``torch.ops.pyg_fast.segment_arg_reduce``)."""
 import math
 from typing import Optional, Tuple
 
@@ -52,8 +54,8 @@ def segment_arg_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optiona
     src3 = src.reshape(math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:]))
     if index is not None and reduce != "mul" and src.is_floating_point():
         # The extremum by segment_reduce's schedules, then the first row holding it in one pass
-        # over the rows (arxiv_like-size graphs, F = 16: a walk per segment took 0.80 ms against
-        # torch_scatter's 0.28)
+        # over the rows (arxiv_like, F = 16, H100: 0.19 ms; a walk per segment took 0.80, torch_scatter
+        # 0.28)
         src3 = src3.contiguous()
         out = reduce_rows(src3, layout, reduce)
         arg = torch.ops.pyg_fast.scatter_arg(src3, _layout.as_long(index), out)
