@@ -61,10 +61,10 @@ class _Check:
 def _slot(values: Tensor, owner) -> None:
     """Copies ``values`` (at most _SLOT int64 on a CUDA device) into a free slot of that device's
     pinned ring behind the device's current stream, without waiting."""
-    ring = _rings.get(values.device)
-    if ring is None:
-        ring = _rings[values.device] = _Ring(values.device)
-    with _lock:
+    with _lock:  # two threads' first calls on one GPU make one ring
+        ring = _rings.get(values.device)
+        if ring is None:
+            ring = _rings[values.device] = _Ring(values.device)
         while not ring.free:  # every slot in flight: wait for the oldest (thousands of unlanded checks)
             oldest = next(entry for entry in _in_flight if entry[0] is ring)
             oldest[0].events[oldest[1]].synchronize()
