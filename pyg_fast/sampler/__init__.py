@@ -55,11 +55,16 @@ class NeighborSampler(_PyGNeighborSampler):
             raise ValueError(f"pyg_fast.sampler.NeighborSampler samples on {self.device}, but the data holds "
                              f"tensors on {sorted(map(str, devices))}: the batches index them with tensors on "
                              f"{self.device}; move the data there (data.to(device))")
+        # The CSC in int32 where its values fit (half the memory and the gathers' traffic);
+        # sampled positions and node ids come out as int64, as PyG's are.
         if hasattr(self, "colptr"):  # Data, or a homogeneous (feature store, graph store) pair
-            self.colptr, self.row = self.colptr.to(self.device), self.row.to(self.device)
+            self.colptr = _narrow(self.colptr.to(self.device), self.row.numel())
+            self.row = _narrow(self.row.to(self.device), self.num_nodes)
         else:
-            self.colptr_dict = {k: v.to(self.device) for k, v in self.colptr_dict.items()}
-            self.row_dict = {k: v.to(self.device) for k, v in self.row_dict.items()}
+            most_nodes = max(self.num_nodes.values(), default=0)
+            self.colptr_dict = {k: _narrow(v.to(self.device), self.row_dict[k].numel())
+                                for k, v in self.colptr_dict.items()}
+            self.row_dict = {k: _narrow(v.to(self.device), most_nodes) for k, v in self.row_dict.items()}
         if isinstance(self.perm, Tensor):  # edge ids of the CSC's edges, read with the batch's edge positions
             self.perm = self.perm.to(self.device)
         elif isinstance(self.perm, dict):
@@ -108,6 +113,11 @@ def _indexed(device) -> torch.device:
     device = torch.device(device)
     return torch.device("cuda", torch.cuda.current_device()) if device.type == "cuda" and device.index is None \
         else device
+
+
+def _narrow(index: Tensor, bound: int) -> Tensor:
+    """``index`` (values at most ``bound``) as int32 where ``bound`` fits it."""
+    return index.int() if bound <= torch.iinfo(torch.int32).max else index
 
 
 def _devices(data) -> set:
@@ -186,33 +196,35 @@ def sample_typed(colptrs: Dict[str, Tensor], rows: Dict[str, Tensor], ends: Dict
 
 def _replay(graphs: dict, seeds: Dict[str, Tensor], args: tuple):
     """:func:`_grow` replayed from a CUDA graph captured for these seed counts (and graph
-    tensors, which the entry keeps alive so that their addresses stay theirs)."""
+    tensors, which the entry keeps alive so that their addresses stay theirs), on the graph's
+    GPU whichever is current."""
     colptrs, rows, ends, _, fanouts, _, replace, disjoint, generator = args
     key = (tuple((t, s.numel()) for t, s in seeds.items()),
            tuple(t.data_ptr() for t in (*colptrs.values(), *rows.values())), id(generator),
            tuple((r, tuple(f)) for r, f in fanouts.items()), tuple(ends.items()), replace, disjoint)
     entry = graphs.get(key)
-    if entry is None:
-        static = {t: s.clone() for t, s in seeds.items()}
-        g = torch.cuda.CUDAGraph()
-        if generator is not None:
-            g.register_generator_state(generator)
-        # thread_local: a loader's pin-memory thread may use CUDA while this captures. No garbage
-        # collection while capturing: it can free another sampler's graph, which CUDA forbids then
-        # (and the capture fails: 1 run in 4 of the sampler tests under pytest-xdist, H100)
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            with torch.cuda.graph(g, capture_error_mode="thread_local"):
-                out = _grow(static, *args)
-        finally:
-            if collecting:
-                gc.enable()
-        entry = graphs[key] = (g, static, out, args)
-    else:
-        for t, s in seeds.items():
-            entry[1][t].copy_(s)
-    entry[0].replay()
+    with torch.cuda.device(next(iter(rows.values())).device):
+        if entry is None:
+            static = {t: s.clone() for t, s in seeds.items()}
+            g = torch.cuda.CUDAGraph()
+            if generator is not None:
+                g.register_generator_state(generator)
+            # thread_local: a loader's pin-memory thread may use CUDA while this captures. No garbage
+            # collection while capturing: it can free another sampler's graph, which CUDA forbids then
+            # (and the capture fails: 1 run in 4 of the sampler tests under pytest-xdist, H100)
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                with torch.cuda.graph(g, capture_error_mode="thread_local"):
+                    out = _grow(static, *args)
+            finally:
+                if collecting:
+                    gc.enable()
+            entry = graphs[key] = (g, static, out, args)
+        else:
+            for t, s in seeds.items():
+                entry[1][t].copy_(s)
+        entry[0].replay()
     return entry[2]
 
 
@@ -244,11 +256,11 @@ def _grow(seeds: Dict[str, Tensor], colptrs, rows, ends, num_nodes, fanouts, hop
             colptr, row = colptrs[r], rows[r]
             valid = st.frontier >= 0
             v = st.frontier.clamp(min=0)
-            start = colptr[v]
-            deg = torch.where(valid, colptr[v + 1] - start, 0)
+            start = colptr[v].long()  # an int32 CSC widens past its gathers
+            deg = torch.where(valid, colptr[v + 1].long() - start, 0)
             slot_node, offset_, slot_ok = _draw(deg, k, replace, generator)
             pos = torch.where(slot_ok, start[slot_node] + offset_, 0)
-            src = torch.where(slot_ok, row[pos] if row.numel() else pos, -1)
+            src = torch.where(slot_ok, row[pos].long() if row.numel() else pos, -1)
             src_owner = st.frontier_owner[slot_node]
             cand = torch.where(slot_ok, src_owner * num_nodes[src_t] + src if disjoint else src, _NONE)
             drawn[src_t].append((r, slot_ok, src, src_owner, cand, pos, st.frontier_ids[slot_node]))

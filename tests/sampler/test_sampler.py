@@ -137,6 +137,39 @@ def test_replayed_hops_give_the_batches_of_op_by_op_sampling(replace, disjoint):
             assert g.equal(w) if isinstance(g, torch.Tensor) else g == w
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("replace", [False, True])
+def test_an_int32_graph_gives_the_batches_of_an_int64_one(device, replace):
+    data = graph(num_nodes=200, num_edges=3000)
+    perm = torch.argsort(data.edge_index[1], stable=True)
+    colptr = torch._convert_indices_from_coo_to_csr(data.edge_index[1, perm], data.num_nodes).to(device)
+    row = data.edge_index[0, perm].to(device)
+    seed = torch.randperm(200, generator=torch.Generator().manual_seed(1))[:24].to(device)
+    got, want = ([sampler.sample(c, r, seed, [5, 3], replace, False,
+                                 torch.Generator(device=device).manual_seed(2), {}) for _ in range(2)]
+                 for c, r in ((colptr.int(), row.int()), (colptr, row)))
+    for g, w in zip(got, want):
+        for a, b in zip(g, w):
+            if isinstance(a, torch.Tensor):
+                assert a.dtype == b.dtype == torch.long and a.equal(b)
+            else:
+                assert a == b
+    loader_sampler = sampler.NeighborSampler(data.to(device), [5, 3])
+    assert loader_sampler.colptr.dtype == loader_sampler.row.dtype == torch.int32
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_a_graph_on_a_second_gpu_samples_while_the_first_is_current():
+    data = graph().to("cuda:1")
+    loader = sampler.NeighborLoader(data, [4, 2], batch_size=16, generator=torch.Generator("cuda:1").manual_seed(0))
+    with torch.cuda.device(0):
+        batches = [b for b in loader]  # the second epoch's first batch is replayed
+        batches += [next(iter(loader))]
+    for b in batches:
+        assert b.n_id.device == torch.device("cuda:1") and b.x.equal(data.x[b.n_id])
+        assert data.edge_index[:, b.e_id].equal(b.n_id[b.edge_index])
+
+
 def hetero_graph():
     gen = torch.Generator().manual_seed(3)
     data = HeteroData()
