@@ -225,3 +225,21 @@ def test_sampling_runs_where_the_data_lives(device):
     for named in (None, device):  # "cuda" names the GPU the data's tensors call cuda:0
         batch = next(iter(sampler.NeighborLoader(data, [3, 2], batch_size=8, device=named)))
         assert batch.n_id.device.type == device and batch.x.equal(data.x[batch.n_id])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_pyg_link_loader_samples_around_both_ends_of_each_label_edge(device):
+    from torch_geometric.loader import LinkNeighborLoader
+    data = graph().to(device)
+    labelled = data.edge_index[:, :64]
+    loader = LinkNeighborLoader(data, [3, 2], edge_label_index=labelled, batch_size=16,
+                                neighbor_sampler=sampler.NeighborSampler(data, [3, 2]), neg_sampling_ratio=1.0)
+    seen = 0
+    for batch in loader:
+        ends = batch.n_id[batch.edge_label_index]
+        positive = batch.edge_label == 1
+        assert positive.sum() == 16 and ends[:, positive].equal(labelled[:, batch.input_id])
+        assert data.edge_index[:, batch.e_id].equal(batch.n_id[batch.edge_index])  # every sampled edge exists
+        assert batch.x.equal(data.x[batch.n_id])
+        seen += batch.input_id.numel()
+    assert seen == 64
