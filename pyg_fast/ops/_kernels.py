@@ -288,10 +288,15 @@ def _(flags, names, src_rows, dst_rows):
 
 
 def _first_report(src_index: Optional[Tensor], dst_index: Tensor, key: Tuple) -> bool:
-    """Whether this is the first report of the flags of these index tensors under ``key``."""
+    """Whether this is the first report of the flags of these indices under ``key``: keyed on the
+    tensors they view and where: the layers of a step slice their ends from one edge_index anew,
+    and keyed on the slices a 3-layer SAGE reported it three times."""
     key = ("coo_reported",) + key
-    seen = (_layout.cached(dst_index, key, lambda: [False]) if src_index is None
-            else _layout.cached_with(dst_index, src_index, key, lambda: [False]))
+    if src_index is None:
+        seen = _layout.cached(dst_index, key, lambda: [False])
+    else:
+        where = (src_index.storage_offset(), src_index.shape, src_index.stride())
+        seen = _layout.cached_with(dst_index, _layout.storage_owner(src_index), key + where, lambda: [False])
     first, seen[0] = not seen[0], True
     return first
 

@@ -210,3 +210,26 @@ def test_compiled_coo_route_reports_bad_indices(device, route):
     with pytest.raises(IndexError, match=r"'edge_index\[0\]' holds values outside \[0, 20\)"):
         compiled(x, bad)
         pyg_fast.check_errors()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_layers_sharing_an_edge_index_report_it_once_and_again_after_a_change(device, monkeypatch):
+    """Each layer slices the ends of edge_index anew; the report follows the tensor they view, so
+    three layers on the COO route check it once, and again once it is changed in place."""
+    import torch_geometric.nn as pyg_nn
+    import pyg_fast.ops._kernels as kernels
+    monkeypatch.setattr(tuning, "COO_MAX_ELEMENTS", {"cpu": 2 ** 62, "cuda": 2 ** 62})
+    reports = []
+    original = kernels._report_flags
+    monkeypatch.setattr(kernels, "_report_flags", lambda *args: reports.append(args) or original(*args))
+    model = pyg_fast.nn.convert(torch.nn.Sequential(*[pyg_nn.SAGEConv(8, 8) for _ in range(3)])).to(device)
+    x = torch.randn(20, 8, device=device)
+    edge_index = torch.stack(edges(20, 100, 20, device))
+    for layer in model:
+        layer(x, edge_index)
+    assert len(reports) == 1
+    edge_index[0, 7] = 20
+    with pytest.raises(IndexError, match=r"'edge_index\[0\]' holds values outside \[0, 20\)"):
+        model[0](x, edge_index)
+        pyg_fast.check_errors()
+    assert len(reports) == 2
