@@ -288,9 +288,9 @@ def _(flags, names, src_rows, dst_rows):
 
 
 def _first_report(src_index: Optional[Tensor], dst_index: Tensor, key: Tuple) -> bool:
-    """Whether this is the first report of the flags of these indices under ``key``: keyed on the
-    tensors they view and where: the layers of a step slice their ends from one edge_index anew,
-    and keyed on the slices a 3-layer SAGE reported it three times."""
+    """Whether this is the first report of these indices' flags under ``key``, keyed on the tensors
+    the indices view and where they sit in them: every layer slices the ends of its edge_index
+    anew, and keyed on the slices themselves a 3-layer SAGE reported one graph three times."""
     key = ("coo_reported",) + key
     if src_index is None:
         seen = _layout.cached(dst_index, key, lambda: [False])
