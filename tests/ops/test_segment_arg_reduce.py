@@ -69,6 +69,42 @@ def test_ptr_covering_part_of_the_rows_and_another_dim(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
+                                   torch.int32, torch.uint8])
+@pytest.mark.parametrize("reduce", ["max", "min"])
+@pytest.mark.parametrize("num_features", [1, 5, 40])
+@pytest.mark.parametrize("given", ["ptr", "index"])
+def test_a_long_segment_ties_and_nan(device, dtype, reduce, num_features, given):
+    """A segment longer than many threads' runs of rows (their keys meet in one output), short and
+    empty ones, values rounded to force ties, a few NaN; given as a pointer (with rows outside
+    every segment) or as a shuffled index (grouped through a permutation)."""
+    gen = torch.Generator().manual_seed(7)
+    lengths = torch.randint(0, 12, (60,), generator=gen)
+    lengths[17], lengths[40] = 5000, 0
+    ptr = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]) + 3
+    E = int(ptr[-1]) + 2
+    src = torch.randn(E, num_features, generator=gen).mul(2).round()
+    if dtype.is_floating_point:
+        src[torch.rand(E, num_features, generator=gen) < 0.002] = float("nan")
+    elif dtype == torch.uint8:
+        src = src.add(3).clamp(min=0)
+    src = src.to(device=device, dtype=dtype)
+    index = torch.repeat_interleave(torch.arange(60), lengths)
+    if given == "ptr":
+        out, arg = segment_arg_reduce(src, ptr=ptr.to(device), reduce=reduce)
+        want, want_arg = reference(src[3:E - 2], index.to(device), 60, reduce)
+        want_arg = torch.where(want_arg == E - 5, E, want_arg + 3)
+    else:
+        shuffle = torch.randperm(E - 5, generator=gen)
+        rows, index = src[3:E - 2][shuffle.to(device)], index[shuffle].to(device)
+        out, arg = segment_arg_reduce(rows, index, dim_size=60, reduce=reduce)
+        want, want_arg = reference(rows, index, 60, reduce)
+    wide = out.double() if dtype.is_floating_point else out.long()
+    torch.testing.assert_close(wide, want, equal_nan=True)
+    assert torch.equal(arg, want_arg)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_nan_propagates_and_its_row_is_the_arg(device):
     src = torch.tensor([[1.0], [float("nan")], [3.0], [2.0]], device=device)
     index = torch.tensor([0, 0, 0, 1], device=device)

@@ -52,6 +52,13 @@ PF_HOST_DEVICE void segment_arg_reduce_one(const scalar_t* column, int64_t F, co
   if constexpr (R != ArgReduce::Mul) *arg = where;
 }
 
+// Whether `value` is the extremum `best` of its segment: equal, or both NaN (the first NaN is
+// the extremum). scatter_arg's CPU and CUDA kernels match rows with it.
+template <typename acc_t>
+PF_HOST_DEVICE bool holds_extremum(acc_t value, acc_t best) {
+  return value == best || (value != value && best != best);
+}
+
 // Runs __VA_ARGS__ (a lambda) with the constexpr `R` bound to the runtime ArgReduce value.
 #define PF_DISPATCH_ARG_REDUCE(value, ...)                                        \
   [&] {                                                                          \

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "../common/segment_arg_reduce.h"
 #include "../ops/scatter_arg.h"
 
 namespace pyg_fast::cpu {
@@ -37,7 +38,7 @@ at::Tensor scatter_arg(const at::Tensor& src, const at::Tensor& index, const at:
           for (int64_t f = f0; f < f1; ++f) {
             const int64_t at = (b * V + v) * F + f;
             const acc_t value = static_cast<acc_t>(s[(b * E + j) * F + f]), best = static_cast<acc_t>(o[at]);
-            if (a[at] == E && (value == best || (value != value && best != best))) a[at] = j;
+            if (a[at] == E && holds_extremum(value, best)) a[at] = j;
           }
         }
       }

@@ -22,7 +22,7 @@ at::Tensor scatter_arg(const at::Tensor& src, const at::Tensor& index, const at:
   const int64_t B = src.size(0), E = src.size(1), F = src.size(2), V = out.size(1);
   auto arg = at::full({B, V, F}, E, index.options());
   if (src.numel() == 0) return arg;
-  const int lanes = scatter_arg_lanes(F), rows = kScatterArgThreads / lanes;
+  const int lanes = arg_feature_lanes(F), rows = kScatterArgThreads / lanes;
   const dim3 block(lanes, rows);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>((E + rows - 1) / rows, 1 << 20)),
                   static_cast<unsigned>(std::min<int64_t>(B, 65535)));

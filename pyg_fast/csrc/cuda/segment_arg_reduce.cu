@@ -2,6 +2,7 @@
 #include <ATen/OpMathType.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -10,6 +11,7 @@
 #include <tuple>
 
 #include "../ops/segment_arg_reduce.h"
+#include "kernels/scatter_arg.cuh"  // arg_feature_lanes
 #include "kernels/segment_arg_reduce.cuh"
 
 namespace pyg_fast::cuda {
@@ -24,17 +26,46 @@ std::tuple<at::Tensor, at::Tensor> segment_arg_reduce(const at::Tensor& src, con
   at::Tensor &out = std::get<0>(outputs), &arg = std::get<1>(outputs);
   if (out.numel() == 0) return outputs;
   const int64_t B = src.size(0), E = src.size(1), F = src.size(2), V = ptr.numel() - 1;
-  const int64_t blocks = std::min<int64_t>((out.numel() + kArgReduceThreads - 1) / kArgReduceThreads, 1 << 20);
-  const int64_t* order = perm.has_value() ? perm->const_data_ptr<int64_t>() : nullptr;
   auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "segment_arg_reduce", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    PF_DISPATCH_ARG_REDUCE(op, [&] {
-      segment_arg_reduce_kernel<R, scalar_t, acc_t><<<blocks, kArgReduceThreads, 0, stream>>>(
-          src.const_data_ptr<scalar_t>(), ptr.const_data_ptr<int64_t>(), order, B, E, V, F,
-          out.mutable_data_ptr<scalar_t>(), op == ArgReduce::Mul ? nullptr : arg.mutable_data_ptr<int64_t>());
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const int64_t* order = perm.has_value() ? perm->const_data_ptr<int64_t>() : nullptr;
+  if (op != ArgReduce::Mul) {
+    const at::Tensor keys = at::zeros({B, V, F}, ptr.options());
+    arg.fill_(E);
+    auto* key_ptr = reinterpret_cast<unsigned long long*>(keys.mutable_data_ptr<int64_t>());
+    auto* arg_ptr = reinterpret_cast<unsigned long long*>(arg.mutable_data_ptr<int64_t>());
+    const int lanes = arg_feature_lanes(F);
+    const dim3 block(lanes, kArgRowsThreads / lanes);
+    const int64_t runs_per_block = static_cast<int64_t>(block.y) * kArgRowsPerThread;
+    const dim3 grid(static_cast<unsigned>((E + runs_per_block - 1) / runs_per_block),
+                    static_cast<unsigned>(std::min<int64_t>(B, 65535)));
+    const int64_t value_blocks = std::min<int64_t>((out.numel() + 255) / 256, 1 << 20);
+    AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "segment_arg_rows", [&] {
+      PF_DISPATCH_ARG_REDUCE(op, [&] {
+        if constexpr (R != ArgReduce::Mul) {
+          if (E > 0) {
+            segment_arg_rows_kernel<R, false, scalar_t><<<grid, block, 0, stream>>>(
+                src.const_data_ptr<scalar_t>(), ptr.const_data_ptr<int64_t>(), order, B, E, V, F, key_ptr, arg_ptr);
+            C10_CUDA_KERNEL_LAUNCH_CHECK();
+            segment_arg_rows_kernel<R, true, scalar_t><<<grid, block, 0, stream>>>(
+                src.const_data_ptr<scalar_t>(), ptr.const_data_ptr<int64_t>(), order, B, E, V, F, key_ptr, arg_ptr);
+            C10_CUDA_KERNEL_LAUNCH_CHECK();
+          }
+          segment_arg_rows_values_kernel<scalar_t><<<value_blocks, 256, 0, stream>>>(
+              src.const_data_ptr<scalar_t>(), arg.const_data_ptr<int64_t>(), out.numel(), E, V, F,
+              out.mutable_data_ptr<scalar_t>());
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        }
+      });
     });
+    return outputs;
+  }
+  const int64_t blocks = std::min<int64_t>((out.numel() + kArgReduceThreads - 1) / kArgReduceThreads, 1 << 20);
+  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "segment_arg_reduce", [&] {
+    segment_arg_reduce_kernel<ArgReduce::Mul, scalar_t, at::opmath_type<scalar_t>><<<blocks, kArgReduceThreads, 0,
+                                                                                      stream>>>(
+        src.const_data_ptr<scalar_t>(), ptr.const_data_ptr<int64_t>(), order, B, E, V, F,
+        out.mutable_data_ptr<scalar_t>(), nullptr);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return outputs;
 }

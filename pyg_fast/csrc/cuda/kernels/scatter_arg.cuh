@@ -3,12 +3,15 @@
 
 #include <cstdint>
 
+#include "../../common/segment_arg_reduce.h"
+
 namespace pyg_fast::cuda {
 
 constexpr int kScatterArgThreads = 256;
 
-// Feature lanes of a block row: F rounded up to a power of two, at most a warp.
-inline int scatter_arg_lanes(int64_t F) {
+// Feature lanes of a block row: F rounded up to a power of two, at most a warp (segment_arg_reduce's
+// row kernel too).
+inline int arg_feature_lanes(int64_t F) {
   int lanes = 1;
   while (lanes < F && lanes < 32) lanes *= 2;
   return lanes;
@@ -34,7 +37,7 @@ __global__ void __launch_bounds__(kScatterArgThreads)
       const int64_t o = (b * V + v) * F;
       for (int64_t f = threadIdx.x; f < F; f += blockDim.x) {
         const acc_t value = static_cast<acc_t>(row[f]), best = static_cast<acc_t>(out[o + f]);
-        if (value == best || (value != value && best != best)) {
+        if (holds_extremum(value, best)) {
           atomicMin(arg + o + f, static_cast<unsigned long long>(j));
         }
       }
