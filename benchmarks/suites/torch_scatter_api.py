@@ -1,6 +1,6 @@
 """Suite "torch_scatter_api": the names of ``pyg_fast.compat.torch_scatter`` that the
-``segment_reduce`` suite does not time (the argmin/argmax outputs, integer values, ``mul`` and
-the compositions std, logsumexp and softmax) against torch_scatter 2.1.2 itself, on the
+``segment_reduce`` suite does not time (the argmin/argmax outputs, integer values, ``mul``, the CSR
+family's sum and the compositions std, logsumexp and softmax) against torch_scatter 2.1.2 itself, on the
 destination index of each graph (unsorted: torch_scatter's ``scatter`` and PyG's callers do not
 sort; ``segment_*`` get the sorted index they require).
 
@@ -27,6 +27,7 @@ APIS = {
     "scatter_min": ("scatter_min", "index", torch.float32),
     "segment_coo_max": ("segment_max_coo", "sorted", torch.float32),
     "segment_csr_max": ("segment_max_csr", "ptr", torch.float32),
+    "segment_csr_sum": ("segment_csr", "ptr", torch.float32),
     "scatter_sum_int64": ("scatter_sum", "index", torch.int64),
     "scatter_max_int64": ("scatter_max", "index", torch.int64),
     "scatter_mul": ("scatter_mul", "index", torch.float32),

@@ -261,8 +261,24 @@ def _rows_of(indptr: Tensor, src: Tensor) -> Tuple[Tensor, int, int]:
     return rows, dim, V
 
 
+def _covering(indptr: Tensor, num_rows: int) -> Tensor:
+    """``indptr`` between 0 and ``num_rows`` (cached): a pointer over every row, whose first and last
+    segments hold the rows torch_scatter's ``indptr`` may leave out (before its first entry, from its
+    last)."""
+    return _layout.cached(indptr, ("covering", num_rows), lambda: torch.cat(
+        [indptr.new_zeros(1), indptr, indptr.new_full((1,), num_rows)]))
+
+
 def _segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str, need_arg: bool = True):
-    if indptr.dim() == 1 and indptr.numel() > 0 and reduce in ("min", "max"):  # the kernel reads the pointer as it is
+    one = indptr.dim() == 1 and indptr.numel() > 0
+    plain = reduce in ("sum", "add", "mean") or not (need_arg or (torch.is_grad_enabled() and src.requires_grad))
+    if one and reduce in ("sum", "add", "mean", "min", "max") and plain and src.is_floating_point():
+        # the segment kernels over one pointer, where the reduction over rows and segments would
+        # build a row index every call (pubmed, F = 16, H200: 0.39 ms against torch_scatter's 0.017)
+        V = indptr.numel() - 1
+        result = segment_reduce(src, ptr=_covering(indptr, src.size(0)), reduce="sum" if reduce == "add" else reduce)
+        result, arg, dim = result.narrow(0, 1, V), None, 0
+    elif one and reduce in ("min", "max"):  # the kernel reads the pointer as it is
         size = list(src.size())
         size[0] = indptr.numel() - 1
         dim = 0
