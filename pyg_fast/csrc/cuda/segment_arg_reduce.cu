@@ -30,30 +30,42 @@ std::tuple<at::Tensor, at::Tensor> segment_arg_reduce(const at::Tensor& src, con
   const int64_t* order = perm.has_value() ? perm->const_data_ptr<int64_t>() : nullptr;
   if (op != ArgReduce::Mul) {
     const at::Tensor keys = at::zeros({B, V, F}, ptr.options());
-    arg.fill_(E);
     auto* key_ptr = reinterpret_cast<unsigned long long*>(keys.mutable_data_ptr<int64_t>());
     auto* arg_ptr = reinterpret_cast<unsigned long long*>(arg.mutable_data_ptr<int64_t>());
     const int lanes = arg_feature_lanes(F);
     const dim3 block(lanes, kArgRowsThreads / lanes);
     const int64_t runs_per_block = static_cast<int64_t>(block.y) * kArgRowsPerThread;
     const dim3 grid(static_cast<unsigned>((E + runs_per_block - 1) / runs_per_block),
-                    static_cast<unsigned>(std::min<int64_t>(B, 65535)));
-    const int64_t value_blocks = std::min<int64_t>((out.numel() + 255) / 256, 1 << 20);
+                    static_cast<unsigned>((F + lanes - 1) / lanes), static_cast<unsigned>(std::min<int64_t>(B, 65535)));
+    const bool packed = src.element_size() <= 4 && E < 0xFFFFFFFFll;
     AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "segment_arg_rows", [&] {
       PF_DISPATCH_ARG_REDUCE(op, [&] {
         if constexpr (R != ArgReduce::Mul) {
-          if (E > 0) {
-            segment_arg_rows_kernel<R, false, scalar_t><<<grid, block, 0, stream>>>(
-                src.const_data_ptr<scalar_t>(), ptr.const_data_ptr<int64_t>(), order, B, E, V, F, key_ptr, arg_ptr);
+          const scalar_t* s = src.const_data_ptr<scalar_t>();
+          const int64_t* p = ptr.const_data_ptr<int64_t>();
+          scalar_t* o = out.mutable_data_ptr<scalar_t>();
+          if (packed) {
+            if (E > 0) {
+              segment_arg_rows_kernel<R, ArgRowsPass::Packed, scalar_t>
+                  <<<grid, block, 0, stream>>>(s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
+              C10_CUDA_KERNEL_LAUNCH_CHECK();
+            }
+            const int64_t blocks = std::min<int64_t>((out.numel() + 255) / 256, 1 << 20);
+            segment_arg_rows_unpack_kernel<scalar_t><<<blocks, 256, 0, stream>>>(
+                s, key_ptr, out.numel(), E, V * F, F, o, arg.mutable_data_ptr<int64_t>());
             C10_CUDA_KERNEL_LAUNCH_CHECK();
-            segment_arg_rows_kernel<R, true, scalar_t><<<grid, block, 0, stream>>>(
-                src.const_data_ptr<scalar_t>(), ptr.const_data_ptr<int64_t>(), order, B, E, V, F, key_ptr, arg_ptr);
-            C10_CUDA_KERNEL_LAUNCH_CHECK();
+          } else {
+            out.zero_();
+            arg.fill_(E);
+            if (E > 0) {
+              segment_arg_rows_kernel<R, ArgRowsPass::Keys, scalar_t>
+                  <<<grid, block, 0, stream>>>(s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
+              C10_CUDA_KERNEL_LAUNCH_CHECK();
+              segment_arg_rows_kernel<R, ArgRowsPass::FindRow, scalar_t>
+                  <<<grid, block, 0, stream>>>(s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
+              C10_CUDA_KERNEL_LAUNCH_CHECK();
+            }
           }
-          segment_arg_rows_values_kernel<scalar_t><<<value_blocks, 256, 0, stream>>>(
-              src.const_data_ptr<scalar_t>(), arg.const_data_ptr<int64_t>(), out.numel(), E, V, F,
-              out.mutable_data_ptr<scalar_t>());
-          C10_CUDA_KERNEL_LAUNCH_CHECK();
         }
       });
     });
