@@ -17,6 +17,19 @@
 namespace pyg_fast::cuda {
 namespace {
 
+// One pass of the row runs, with or without a permutation.
+template <ArgReduce R, ArgRowsPass P, typename scalar_t>
+void launch_rows(dim3 grid, dim3 block, cudaStream_t stream, const scalar_t* src, const int64_t* ptr,
+                 const int64_t* perm, int64_t B, int64_t E, int64_t V, int64_t F, unsigned long long* keys,
+                 unsigned long long* arg, scalar_t* out) {
+  if (perm) {
+    segment_arg_rows_kernel<R, P, true, scalar_t><<<grid, block, 0, stream>>>(src, ptr, perm, B, E, V, F, keys, arg, out);
+  } else {
+    segment_arg_rows_kernel<R, P, false, scalar_t><<<grid, block, 0, stream>>>(src, ptr, perm, B, E, V, F, keys, arg, out);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 std::tuple<at::Tensor, at::Tensor> segment_arg_reduce(const at::Tensor& src, const at::Tensor& ptr,
                                                       const std::optional<at::Tensor>& perm,
                                                       c10::string_view reduce) {
@@ -44,27 +57,21 @@ std::tuple<at::Tensor, at::Tensor> segment_arg_reduce(const at::Tensor& src, con
           const scalar_t* s = src.const_data_ptr<scalar_t>();
           const int64_t* p = ptr.const_data_ptr<int64_t>();
           scalar_t* o = out.mutable_data_ptr<scalar_t>();
-          if (packed) {
-            if (E > 0) {
-              segment_arg_rows_kernel<R, ArgRowsPass::Packed, scalar_t>
-                  <<<grid, block, 0, stream>>>(s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
+          if constexpr (kArgPacks<scalar_t>) {
+            if (packed) {
+              if (E > 0) launch_rows<R, ArgRowsPass::Packed>(grid, block, stream, s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
+              const int64_t blocks = std::min<int64_t>((out.numel() + 255) / 256, 1 << 20);
+              segment_arg_rows_unpack_kernel<scalar_t><<<blocks, 256, 0, stream>>>(
+                  s, key_ptr, out.numel(), E, V * F, F, o, arg.mutable_data_ptr<int64_t>());
               C10_CUDA_KERNEL_LAUNCH_CHECK();
+              return;
             }
-            const int64_t blocks = std::min<int64_t>((out.numel() + 255) / 256, 1 << 20);
-            segment_arg_rows_unpack_kernel<scalar_t><<<blocks, 256, 0, stream>>>(
-                s, key_ptr, out.numel(), E, V * F, F, o, arg.mutable_data_ptr<int64_t>());
-            C10_CUDA_KERNEL_LAUNCH_CHECK();
-          } else {
-            out.zero_();
-            arg.fill_(E);
-            if (E > 0) {
-              segment_arg_rows_kernel<R, ArgRowsPass::Keys, scalar_t>
-                  <<<grid, block, 0, stream>>>(s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
-              C10_CUDA_KERNEL_LAUNCH_CHECK();
-              segment_arg_rows_kernel<R, ArgRowsPass::FindRow, scalar_t>
-                  <<<grid, block, 0, stream>>>(s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
-              C10_CUDA_KERNEL_LAUNCH_CHECK();
-            }
+          }
+          out.zero_();
+          arg.fill_(E);
+          if (E > 0) {
+            launch_rows<R, ArgRowsPass::Keys>(grid, block, stream, s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
+            launch_rows<R, ArgRowsPass::FindRow>(grid, block, stream, s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
           }
         }
       });

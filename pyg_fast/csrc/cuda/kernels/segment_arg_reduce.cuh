@@ -40,8 +40,10 @@ namespace pyg_fast::cuda {
 // and writes its value.
 constexpr int kArgRowsThreads = 256;
 constexpr int kArgRowsPerThread = 64;
-// Loads in flight per thread: with 4, a pass over reddit2_like at F = 64 moved 1.5 TB/s (H200).
-constexpr int kArgRowsUnroll = 16;
+// Loads in flight per thread, and blocks per SM the registers must allow: with 4 loads a pass over
+// reddit2_like at F = 64 moved 1.5 TB/s (H200), with 16 and 120 registers (2 blocks an SM) 1.3.
+constexpr int kArgRowsUnroll = 8;
+constexpr int kArgRowsBlocksPerSM = 4;
 
 enum class ArgRowsPass : int { Packed = 0, Keys = 1, FindRow = 2 };
 
@@ -76,10 +78,11 @@ __device__ __forceinline__ unsigned long long arg_order(scalar_t value) {
 // feature blocks over gridDim.y, b over gridDim.z. Packed and Keys: keys [B, V, F] (zero-filled)
 // receive each segment's largest key (Packed: order << 32 | 0xFFFFFFFF - row, so 0 stays "empty").
 // FindRow: arg [B, V, F] (filled with E) receives the smallest row holding the key, out its
-// value. Positions outside [ptr[0], ptr[V]] are skipped; an unchecked pointer moves no read or
+// value. kPerm: the position k holds row perm[k] (else k; a template argument, as the rows of a
+// pointer need no registers: occupancy bounds these passes). Positions outside [ptr[0], ptr[V]] are skipped; an unchecked pointer moves no read or
 // write out of bounds (segments stay below V, positions in [0, E)).
-template <ArgReduce R, ArgRowsPass P, typename scalar_t>
-__global__ void __launch_bounds__(kArgRowsThreads)
+template <ArgReduce R, ArgRowsPass P, bool kPerm, typename scalar_t>
+__global__ void __launch_bounds__(kArgRowsThreads, kArgRowsBlocksPerSM)
     segment_arg_rows_kernel(const scalar_t* __restrict__ src, const int64_t* __restrict__ ptr,
                             const int64_t* __restrict__ perm, int64_t B, int64_t E, int64_t V, int64_t F,
                             unsigned long long* __restrict__ keys, unsigned long long* __restrict__ arg,
@@ -108,7 +111,7 @@ __global__ void __launch_bounds__(kArgRowsThreads)
       int64_t rows[kArgRowsUnroll];  // loads first: they depend on no segment bookkeeping
       scalar_t values[kArgRowsUnroll];
 #pragma unroll
-      for (int u = 0; u < kArgRowsUnroll; ++u) rows[u] = k + u < end ? (perm ? perm[k + u] : k + u) : 0;
+      for (int u = 0; u < kArgRowsUnroll; ++u) rows[u] = k + u < end ? (kPerm ? perm[k + u] : k + u) : 0;
 #pragma unroll
       for (int u = 0; u < kArgRowsUnroll; ++u) values[u] = k + u < end ? column[rows[u] * F] : scalar_t(0);
 #pragma unroll
