@@ -1,8 +1,8 @@
 """Segment max/min with the row of the extremum, and segment products: torch_scatter's semantics,
 which the stand-in (``pyg_fast.compat.torch_scatter``) needs and ``segment_reduce`` does not have.
 Floating max/min over an index take the extremum from ``segment_reduce``'s kernels and its row
-from ``torch.ops.pyg_fast.scatter_arg``; the rest walk each segment
-(``torch.ops.pyg_fast.segment_arg_reduce``)."""
+from ``torch.ops.pyg_fast.scatter_arg``; the rest run ``torch.ops.pyg_fast.segment_arg_reduce``
+(on CUDA max/min split the rows across threads, ``mul`` and the CPU walk each segment)."""
 import math
 from typing import Optional, Tuple
 
