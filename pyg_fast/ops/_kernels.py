@@ -10,6 +10,7 @@ from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
+from torch.fx.experimental.symbolic_shapes import guard_or_false
 
 from pyg_fast import tuning
 from pyg_fast.ops import _deferred, _layout
@@ -226,18 +227,18 @@ COO_REDUCES = ("sum", "mean")
 
 def coo_route(index: Tensor, key: Tuple, elements: int) -> bool:
     """Whether a sum or mean over ``index`` (``elements``: edges x features) takes the COO route
-    (:func:`gather_scatter`, no grouping): in eager mode on the index's first uses under ``key``
+    (:func:`gather_scatter`, no grouping), never where deterministic algorithms are asked for
+    (CUDA atomics add in no fixed order). In eager mode on the index's first uses under ``key``
     (before ``_layout.REUSED_FROM_USE``; a graph reused step after step is grouped once then), up
-    to ``tuning.COO_MAX_ELEMENTS`` values, never where deterministic algorithms are asked for
-    (CUDA atomics add in no fixed order). Recorded (torch.compile, torch.jit.trace), where no use
-    can be counted, the grouped route: its grouping is memoised with the caller's edge_index when
-    the recorded graph runs (``_layout.memoised``), so a graph that comes back step after step is
-    grouped once, and a new one once for all the layers of its step (the compiled 3-layer GCN
-    training step on arxiv_like took 5.9 ms on the COO route against 3.0 eager on the grouping,
-    H100)."""
-    if not _layout.eager(index) or (index.is_cuda and torch.are_deterministic_algorithms_enabled()):
+    to ``tuning.COO_MAX_ELEMENTS`` values. Recorded by torch.compile, where no use can be counted,
+    by size alone; a ``torch.jit.trace`` keeps the grouped route (the choice would be a property of
+    its example)."""
+    if index.is_cuda and torch.are_deterministic_algorithms_enabled():
         return False
     limit = tuning.COO_MAX_ELEMENTS.get(index.device.type, 0)
+    if not _layout.eager(index):
+        # sizes known only at run time (unbacked: a segment count read from data) keep the grouping
+        return not torch.jit.is_tracing() and guard_or_false(elements <= limit)
     if elements > limit:
         return False
     return _layout.use_count(index, ("coo",) + key) < _layout.REUSED_FROM_USE
@@ -254,8 +255,14 @@ def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, w
     a report copies the flags to the host, 70-100 us of host time a call on an H100 host."""
     out, _, flags = run(torch.ops.pyg_fast.gather_scatter, x2.contiguous(), src_index, dst_index,
                         None if weight is None else weight.contiguous(), num_rows, reduce == "mean")
-    if names is not None and _first_report(src_index, dst_index, (num_rows, x2.size(0), names)):
-        _report_flags(flags, names, x2.size(0), num_rows)
+    if names is None:
+        return out
+    if not _layout.eager(flags):
+        # Recorded: the report is an op of the graph on every call, its zero added to the output so
+        # that no pass drops it (an op whose output nothing reads is removed, side effects or not)
+        return out + _report_range(flags, names, x2.detach(), out.detach())
+    if _first_report(src_index, dst_index, (num_rows, x2.size(0), names)):
+        _report_flags(flags, names, x2.size(0), num_rows)  # the op's body: no dispatcher round trip
     return out
 
 
@@ -263,6 +270,21 @@ def _report_flags(flags: Tensor, names: str, num_src: int, num_dst: int) -> None
     src_name, src_size, dst_name, dst_size = names.split("|")
     _deferred.report(flags, (_layout.range_message(src_name, num_src, src_size),
                              _layout.range_message(dst_name, num_dst, dst_size)))
+
+
+# The bounds travel as the tensors whose rows they count (the source rows, the output): an int
+# argument of a recorded custom op specialises the graph to its value.
+@torch.library.custom_op("pyg_fast::report_range", mutates_args=())
+def _report_range(flags: Tensor, names: str, src_rows: Tensor, dst_rows: Tensor) -> Tensor:
+    """Reports ``gather_scatter``'s ``flags`` (see its ``names``); returns a 0-d zero of
+    ``dst_rows``' dtype."""
+    _report_flags(flags, names, src_rows.size(0), dst_rows.size(0))
+    return dst_rows.new_zeros(())
+
+
+@_report_range.register_fake
+def _(flags, names, src_rows, dst_rows):
+    return dst_rows.new_empty(())
 
 
 def _first_report(src_index: Optional[Tensor], dst_index: Tensor, key: Tuple) -> bool:
