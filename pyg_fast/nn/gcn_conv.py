@@ -88,7 +88,7 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
         h = self.lin(x)
         src, dst, names = _graph.endpoints(edge_index, self.flow)
         weight = (src != dst).to(h.dtype).unsqueeze(1) if self.add_self_loops else None
-        degree = gather_scatter(h.new_ones(num_nodes, 1), src, dst, weight, num_nodes, "sum", names)
+        degree = gather_scatter(h.new_ones(num_nodes, 1), src, dst, weight, num_nodes, "sum", names, edge_index)
         if self.add_self_loops:
             scale = degree.add_(1).rsqrt_()
         else:

@@ -245,14 +245,16 @@ def coo_route(index: Tensor, key: Tuple, elements: int) -> bool:
 
 
 def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, weight: Optional[Tensor],
-                   num_rows: int, reduce: str, names: Optional[str]) -> Tensor:
+                   num_rows: int, reduce: str, names: Optional[str], owner: Optional[Tensor] = None) -> Tensor:
     """``reduce`` ('sum' or 'mean') over the edges e of ``weight[e] * x2[src_index[e]]`` (x2 [N,
     F]; ``src_index`` None: row e) into rows ``dst_index[e]`` of [num_rows, F], both indices int64,
     in any order: atomics rather than a grouping (see :func:`coo_route`). Edges with an end
     out of range are skipped and reported under ``names`` ('src name|src size name|dst name|dst
     size name'; None: not reported, a call on indices another call reported). In eager mode
     reported once per pair of index tensors and sizes, as the grouped route checks an index once:
-    a report copies the flags to the host, 70-100 us of host time a call on an H100 host."""
+    a report copies the flags to the host, 70-100 us of host time a call on an H100 host. Where
+    recorded, once per ``owner`` (the caller's tensor the indices view, its edge_index) when the
+    graph runs, where given: there the indices are new views every call."""
     out, _, flags = run(torch.ops.pyg_fast.gather_scatter, x2.contiguous(), src_index, dst_index,
                         None if weight is None else weight.contiguous(), num_rows, reduce == "mean")
     if names is None:
@@ -260,7 +262,7 @@ def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, w
     if not _layout.eager(flags):
         # Recorded: the report is an op of the graph on every call, its zero added to the output so
         # that no pass drops it (an op whose output nothing reads is removed, side effects or not)
-        return out + _report_range(flags, names, x2.detach(), out.detach())
+        return out + _report_range(flags, names, x2.detach(), out.detach(), owner)
     if _first_report(src_index, dst_index, (num_rows, x2.size(0), names)):
         _report_flags(flags, names, x2.size(0), num_rows)  # the op's body: no dispatcher round trip
     return out
@@ -275,15 +277,17 @@ def _report_flags(flags: Tensor, names: str, num_src: int, num_dst: int) -> None
 # The bounds travel as the tensors whose rows they count (the source rows, the output): an int
 # argument of a recorded custom op specialises the graph to its value.
 @torch.library.custom_op("pyg_fast::report_range", mutates_args=())
-def _report_range(flags: Tensor, names: str, src_rows: Tensor, dst_rows: Tensor) -> Tensor:
-    """Reports ``gather_scatter``'s ``flags`` (see its ``names``); returns a 0-d zero of
-    ``dst_rows``' dtype."""
-    _report_flags(flags, names, src_rows.size(0), dst_rows.size(0))
+def _report_range(flags: Tensor, names: str, src_rows: Tensor, dst_rows: Tensor,
+                  owner: Optional[Tensor] = None) -> Tensor:
+    """Reports ``gather_scatter``'s ``flags`` (see its ``names``), once per ``owner`` where given;
+    returns a 0-d zero of ``dst_rows``' dtype."""
+    if owner is None or _first_report(None, owner, (dst_rows.size(0), src_rows.size(0), names)):
+        _report_flags(flags, names, src_rows.size(0), dst_rows.size(0))
     return dst_rows.new_zeros(())
 
 
 @_report_range.register_fake
-def _(flags, names, src_rows, dst_rows):
+def _(flags, names, src_rows, dst_rows, owner=None):
     return dst_rows.new_empty(())
 
 
