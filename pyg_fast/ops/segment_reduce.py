@@ -55,7 +55,8 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
         index = _layout.as_long(index)
         if coo_route(index, ("segment_reduce", dim_size), src3.numel()):
             shape[dim] = dim_size
-            out = gather_scatter(src3[0], None, index, None, dim_size, reduce, "src|src.size(dim)|index|dim_size", index)
+            out = gather_scatter(src3[0], None, index, None, dim_size, reduce, "src|src.size(dim)|index|dim_size",
+                                 index)
             return out.view(shape)
     layout, dim_size = _layout.segments(index, ptr, src, dim, dim_size, is_sorted=sorted)
     shape[dim] = dim_size
