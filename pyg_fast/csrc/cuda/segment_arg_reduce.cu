@@ -50,7 +50,6 @@ std::tuple<at::Tensor, at::Tensor> segment_arg_reduce(const at::Tensor& src, con
     const int64_t runs_per_block = static_cast<int64_t>(block.y) * kArgRowsPerThread;
     const dim3 grid(static_cast<unsigned>((E + runs_per_block - 1) / runs_per_block),
                     static_cast<unsigned>((F + lanes - 1) / lanes), static_cast<unsigned>(std::min<int64_t>(B, 65535)));
-    const bool packed = src.element_size() <= 4 && E < 0xFFFFFFFFll;
     AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "segment_arg_rows", [&] {
       PF_DISPATCH_ARG_REDUCE(op, [&] {
         if constexpr (R != ArgReduce::Mul) {
@@ -58,7 +57,7 @@ std::tuple<at::Tensor, at::Tensor> segment_arg_reduce(const at::Tensor& src, con
           const int64_t* p = ptr.const_data_ptr<int64_t>();
           scalar_t* o = out.mutable_data_ptr<scalar_t>();
           if constexpr (kArgPacks<scalar_t>) {
-            if (packed) {
+            if (E < 0xFFFFFFFFll) {  // the row fits the key's low half beside 0xFFFFFFFF - row > 0
               if (E > 0) launch_rows<R, ArgRowsPass::Packed>(grid, block, stream, s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
               const int64_t blocks = std::min<int64_t>((out.numel() + 255) / 256, 1 << 20);
               segment_arg_rows_unpack_kernel<scalar_t><<<blocks, 256, 0, stream>>>(
