@@ -17,6 +17,7 @@ import platform
 import statistics
 import subprocess
 import time
+import types
 from pathlib import Path
 from typing import Callable, ContextManager, Dict, Iterable, List, Optional, Tuple
 
@@ -203,6 +204,20 @@ def host_ms(fn: Callable[[], object], device, calls: int = HOST_TIME_CALLS, sync
 def synchronize(device) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def compiled_apart(net: torch.nn.Module, **options) -> torch.nn.Module:
+    """``torch.compile(net, **options)`` with ``net``'s forward bound as a copy of its class's code
+    object. Dynamo keeps its caches, and its choice to skip a frame whose trace broke inside a loop
+    (stock GCN's and GAT's ``gcn_norm``/``add_remaining_self_loops``), on the code object: a
+    second model of the same class in the process then ran one compiled region per layer (the
+    converted GCN's step on cora, H200: 4.8 ms after stock's compile against 2.9 ms eager), which
+    a user compiling one model never sees."""
+    forward = type(net).forward
+    code = forward.__code__.replace(co_name=f"{forward.__name__}_{id(net):x}")
+    own = types.FunctionType(code, forward.__globals__, forward.__name__, forward.__defaults__, forward.__closure__)
+    net.forward = types.MethodType(own, net)
+    return torch.compile(net, **options)
 
 
 def time_interleaved(fns: Dict[str, Callable[[], object]], warmup: float, rep: float, device,

@@ -24,7 +24,8 @@ import torch_geometric.nn as pyg_nn
 
 import pyg_fast.nn
 from benchmarks.suites.e2e import patched
-from benchmarks.common import TIMING_ROUNDS, Recorder, budget_for, host_ms, synchronize, time_interleaved
+from benchmarks.common import (TIMING_ROUNDS, Recorder, budget_for, compiled_apart, host_ms, synchronize,
+                               time_interleaved)
 from benchmarks.graphs import load_graph, selected
 
 SUITE = "minibatch_train"
@@ -155,8 +156,8 @@ def run(rec: Recorder, device, quick: bool = False) -> None:
             stock = make_model(kind, in_features, hidden).to(device)
             fast = pyg_fast.nn.convert(copy.deepcopy(stock))
             torch._dynamo.reset()
-            stock_compiled = torch.compile(copy.deepcopy(stock), dynamic=True)
-            fast_compiled = torch.compile(copy.deepcopy(fast), dynamic=True)
+            stock_compiled = compiled_apart(copy.deepcopy(stock), dynamic=True)
+            fast_compiled = compiled_apart(copy.deepcopy(fast), dynamic=True)
             with torch.no_grad():  # outputs checked before timing
                 b = batches[0]
                 ref = stock(b.x, b.edge_index)
