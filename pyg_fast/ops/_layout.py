@@ -131,7 +131,7 @@ def as_long(index: Tensor) -> Tensor:
 
 
 # The preparation ops ---------------------------------------------------------------------------
-def _out_of_range(index: Tensor, size) -> Tensor:
+def out_of_range(index: Tensor, size) -> Tensor:
     """0-d: whether some value of ``index`` lies outside [0, size)."""
     if index.numel() == 0:
         return torch.zeros((), dtype=torch.bool, device=index.device)
@@ -232,7 +232,7 @@ def _(index, num_segments, is_sorted, src, src_bound, names, owner=None, with_pe
 
 
 def _check_range(index: Tensor, size: int, name: str, size_name: str) -> None:
-    _deferred.report(_out_of_range(index, size).reshape(1).long(), [range_message(name, size, size_name)])
+    _deferred.report(out_of_range(index, size).reshape(1).long(), [range_message(name, size, size_name)])
 
 
 @torch.library.custom_op("pyg_fast::checked_index", mutates_args=())
