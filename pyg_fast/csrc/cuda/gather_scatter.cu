@@ -80,8 +80,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
     if (F == 0) {  // nothing to divide: the counts only
       if (mean) divisor.copy_(count.clamp_min(1));
     } else if ((!kDirect || mean) && V > 0) {
-      const int64_t blocks = std::min<int64_t>((V * F + 255) / 256, int64_t{1} << 20);
-      gather_scatter_finish_kernel<scalar_t, acc_t><<<blocks, 256, 0, stream>>>(
+      int width = 1;  // threads along a row: its features, up to a block of 256
+      while (width < F && width < 256) width <<= 1;
+      const dim3 threads(width, 256 / width);
+      const int64_t blocks = std::min<int64_t>((V + threads.y - 1) / threads.y, int64_t{1} << 20);
+      gather_scatter_finish_kernel<scalar_t, acc_t><<<blocks, threads, 0, stream>>>(
           acc.const_data_ptr<acc_t>(), count_ptr, V, F, out.mutable_data_ptr<scalar_t>(),
           mean ? divisor.mutable_data_ptr<scalar_t>() : nullptr);
       C10_CUDA_KERNEL_LAUNCH_CHECK();

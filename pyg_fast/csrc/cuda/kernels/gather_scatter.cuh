@@ -71,17 +71,19 @@ __global__ void __launch_bounds__(kGatherScatterThreads) gather_scatter_kernel(
 }
 
 // out[r, f] = acc[r, f] / divisor[r] in scalar_t, with divisor[r] = max(count[r], 1) where
-// `count` is given (a mean; divisor written once per row), else 1. acc may be out itself.
+// `count` is given (a mean; divisor written once per row), else 1. acc may be out itself. Threads
+// x run along a row's features and threads y over rows, so no value pays a 64-bit division for its
+// row: a flat loop's i / F and i % F took 0.072 ms for 169 k rows of 64 (H200), several times the
+// copy time of those bytes.
 template <typename scalar_t, typename acc_t>
 __global__ void gather_scatter_finish_kernel(const acc_t* acc, const unsigned long long* __restrict__ count, int64_t num_rows,
                                              int64_t features, scalar_t* out, scalar_t* __restrict__ divisor) {
-  const int64_t total = num_rows * features;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / features;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; r < num_rows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.y) {
     const acc_t c = count == nullptr ? acc_t(1) : static_cast<acc_t>(count[r] > 1 ? count[r] : 1ull);
-    out[i] = static_cast<scalar_t>(acc[i] / c);
-    if (count != nullptr && i % features == 0) divisor[r] = static_cast<scalar_t>(c);
+    const int64_t base = r * features;
+    for (int64_t f = threadIdx.x; f < features; f += blockDim.x) out[base + f] = static_cast<scalar_t>(acc[base + f] / c);
+    if (count != nullptr && threadIdx.x == 0) divisor[r] = static_cast<scalar_t>(c);
   }
 }
 
