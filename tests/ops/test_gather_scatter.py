@@ -38,7 +38,7 @@ def reference(x, src, dst, weight, num_rows, mean):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("mean", [False, True])
 @pytest.mark.parametrize("weighted", [None, 1, 4])
-@pytest.mark.parametrize("features", [1, 6, 64, 100])
+@pytest.mark.parametrize("features", [1, 6, 64, 100, 300])
 def test_matches_float64(device, dtype, mean, weighted, features):
     if weighted and features % weighted:
         pytest.skip("heads must divide the features")
@@ -214,15 +214,19 @@ def test_compiled_coo_route_reports_bad_indices(device, route):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_compiled_layers_report_an_edge_index_once_and_again_after_a_change(device, monkeypatch):
-    """Compiled, the COO route's range report runs in the graph on every call, but reads the flags
-    once per edge_index (a copy to the host each: 0.16-0.45 ms a compiled step, H100), and again
-    once the tensor changes in place."""
+    """Compiled, the layers' range checks of one edge_index are one check and one report op of the
+    graph, run once a call (not once a layer); the report reads the flags once per edge_index (a copy
+    to the host each: 0.16-0.45 ms a compiled step, H100), and again once the tensor changes in place."""
     import torch_geometric.nn as pyg_nn
     import pyg_fast.ops._kernels as kernels
     monkeypatch.setattr(tuning, "COO_MAX_ELEMENTS", {"cpu": 2 ** 62, "cuda": 2 ** 62})
     reports = []
     original = kernels._report_flags
     monkeypatch.setattr(kernels, "_report_flags", lambda *args: reports.append(args) or original(*args))
+    report_ops = []  # the report op's body asks _first_report on every run
+    first_report = kernels._first_report
+    monkeypatch.setattr(kernels, "_first_report", lambda *args: report_ops.append(args) or first_report(*args))
+
     class Stack(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -239,6 +243,7 @@ def test_compiled_layers_report_an_edge_index_once_and_again_after_a_change(devi
     x = torch.randn(20, 8, device=device)
     edge_index = torch.stack(edges(20, 100, 20, device))
     outs = [compiled(x, edge_index) for _ in range(3)]
+    assert len(report_ops) == 3
     assert len(reports) == 1
     for out in outs:
         torch.testing.assert_close(out, model(x, edge_index))
