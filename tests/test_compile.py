@@ -214,6 +214,42 @@ def test_compiled_layer_groups_a_reused_graph_once(device, kind, monkeypatch):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["sage", "gat"])
+def test_compiled_layers_sharing_an_edge_index_run_one_grouping_op(device, kind, monkeypatch):
+    """Three compiled layers over one edge_index call the grouping op with the same arguments, and
+    the compiler merges the calls: one csr_layout op a training step, not one a layer (each call
+    hands out copies of the memoised layout), and the result stays PyG's."""
+    from torch.profiler import ProfilerActivity, profile
+    from pyg_fast import tuning
+    monkeypatch.setattr(tuning, "COO_MAX_ELEMENTS", {"cpu": 0, "cuda": 0})  # the grouped route
+
+    class Stack(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.convs = torch.nn.ModuleList(make_layer(kind) for _ in range(3))
+
+        def forward(self, x, edge_index):
+            for conv in self.convs:
+                x = conv(x, edge_index).relu()
+            return x
+
+    torch.manual_seed(0)
+    ref = Stack().to(device)
+    fast = pyg_fast.nn.convert(copy.deepcopy(ref))
+    torch._dynamo.reset()
+    compiled = torch.compile(fast, fullgraph=True)
+    x = torch.randn(57, 16, device=device)
+    edge_index = random_graph(57, 500, device)
+    compiled(x, edge_index).sum().backward()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        out = compiled(x, edge_index)
+        out.sum().backward()
+    ops = {e.key: e.count for e in prof.key_averages() if e.key.startswith("pyg_fast::")}
+    assert ops.get("pyg_fast::csr_layout") == 1, ops
+    torch.testing.assert_close(out, ref(x, edge_index), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("cached", [False, True])
 def test_compiled_gcn_normalises_a_reused_graph_once(device, cached, monkeypatch):
     """Compiled GCN layers keep the normalised graph of the caller's edge_index from step to step
