@@ -1,7 +1,7 @@
 """The registered segment-family ops below the public wrappers: their fake kernels, their
 autograd (``torch.library.register_autograd``: one route for eager calls, ``torch.compile`` and
-direct ``torch.ops.pyg_fast`` calls; gather_scatter's is C++, csrc/ops/gather_scatter.cpp), and the
-helpers that call them on prepared layouts.
+direct ``torch.ops.pyg_fast`` calls; that of gather_scatter, segment_reduce and edge_softmax, whose
+backward is one op call, is C++ in csrc/ops), and the helpers that call them on prepared layouts.
 
 Backward formulas call only ``torch.ops.pyg_fast`` ops, ``_layout`` and ``tuning``, never the
 public wrappers, so the modules above import this one and nothing here imports them.
@@ -146,23 +146,6 @@ def _(src, ptr, reduce, config=(), schedule_data=None):
 @torch.library.register_fake("pyg_fast::segment_reduce_backward")
 def _(grad_out, src, out, ptr, reduce, num_rows):
     return grad_out.new_empty(grad_out.size(0), num_rows, grad_out.size(2))
-
-
-def _segment_reduce_setup(ctx, inputs, output):
-    src, ptr, reduce = inputs[:3]
-    extremum = reduce in EXTREMA
-    ctx.save_for_backward(src if extremum else None, output if extremum else None, ptr)
-    ctx.reduce = reduce
-    ctx.num_rows = src.size(1)
-
-
-def _segment_reduce_backward(ctx, grad_out):
-    src, out, ptr = ctx.saved_tensors
-    grad = torch.ops.pyg_fast.segment_reduce_backward(grad_out.contiguous(), src, out, ptr, ctx.reduce, ctx.num_rows)
-    return grad, None, None, None, None
-
-
-register_autograd("pyg_fast::segment_reduce", _segment_reduce_backward, _segment_reduce_setup)
 
 
 # index_segment_reduce (gather-reduce, SpMM) -------------------------------------------------------
@@ -379,16 +362,3 @@ def _(src, ptr, lanes=0):
 @torch.library.register_fake("pyg_fast::edge_softmax_backward")
 def _(out, grad_out, ptr, lanes=0):
     return torch.empty_like(out)
-
-
-def _softmax_setup(ctx, inputs, output):
-    ctx.lanes = inputs[2] if len(inputs) > 2 else 0
-    ctx.save_for_backward(output, inputs[1])
-
-
-def _softmax_backward(ctx, grad_out: Tensor):
-    out, ptr = ctx.saved_tensors
-    return torch.ops.pyg_fast.edge_softmax_backward(out, grad_out.contiguous(), ptr, ctx.lanes), None, None
-
-
-register_autograd("pyg_fast::edge_softmax", _softmax_backward, _softmax_setup)

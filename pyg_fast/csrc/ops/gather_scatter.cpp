@@ -88,7 +88,8 @@ class GatherScatterFunction : public torch::autograd::Function<GatherScatterFunc
 
 // The Autograd kernel: without a gradient to record (inference, a compiled graph's forward) straight
 // to the device's kernel; else through GatherScatterFunction. In C++, not torch.library's Python
-// autograd: that wrapper cost about 50 of the op's 60 us of host time in a compiled step (H200 host).
+// autograd: that wrapper took 7 of a 15 us call on a CPU host, and with it a compiled step's calls
+// took 60 us of host time each on an H200 host.
 Outputs gather_scatter_autograd(const at::Tensor& x, const std::optional<at::Tensor>& src_index,
                                 const at::Tensor& dst_index, const std::optional<at::Tensor>& weight,
                                 c10::SymInt num_rows, bool mean) {
