@@ -32,7 +32,7 @@ def run(op, *args):
     if torch.compiler.is_compiling() or torch._C._is_tracing():
         return op(*args)
     if torch._C.is_grad_enabled() and torch._C._any_requires_grad(*args):
-        eager = _EAGER.get(op)  # None: an op registered elsewhere (segment_matmul)
+        eager = _EAGER.get(op)  # None: C++ autograd (csrc/ops), or an op registered elsewhere (segment_matmul)
         if eager is None or not _layout.eager(*[a for a in args if isinstance(a, Tensor)]):
             return op(*args)
         function, defaults = eager

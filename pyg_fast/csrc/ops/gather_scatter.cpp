@@ -7,6 +7,8 @@
 
 #include <tuple>
 
+#include "autograd.h"
+
 TORCH_LIBRARY_FRAGMENT(pyg_fast, m) {
   // out[dst_index[e]] += weight[e, h] * x[src_index[e]] for every edge e, x [N, F] -> out
   // [num_rows, F]; src_index None: row e of x itself (a scatter, N == E). weight [E, H] scales
@@ -33,10 +35,6 @@ Outputs gather_scatter_op(const at::Tensor& x, const std::optional<at::Tensor>& 
                           const std::optional<at::Tensor>& weight, c10::SymInt num_rows, bool mean) {
   static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pyg_fast::gather_scatter", "").typed<Signature>();
   return op.call(x, src_index, dst_index, weight, std::move(num_rows), mean);
-}
-
-std::optional<at::Tensor> present(const at::Tensor& t) {
-  return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
 }
 
 // The gradients, in the op's terms: x's is the gather-scatter of the output gradient back along the

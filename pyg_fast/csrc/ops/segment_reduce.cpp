@@ -4,6 +4,11 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <string>
+
+#include "../common/check.h"
+#include "autograd.h"
+
 TORCH_LIBRARY_FRAGMENT(pyg_fast, m) {
   // out[b, r] = reduce(src[b, ptr[r]:ptr[r+1]]) for src [B, E, F], ptr [V+1] -> out [B, V, F].
   // config selects the CUDA schedule (pyg_fast/tuning); [] means the default. schedule_data is the
@@ -32,10 +37,6 @@ at::Tensor segment_reduce_op(const at::Tensor& src, const at::Tensor& ptr, c10::
   return op.call(src, ptr, reduce, config, schedule_data);
 }
 
-bool is_extremum(c10::string_view reduce) {
-  return reduce == "max" || reduce == "min" || reduce == "amax" || reduce == "amin";
-}
-
 class SegmentReduceFunction : public torch::autograd::Function<SegmentReduceFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& src, const at::Tensor& ptr,
@@ -43,7 +44,8 @@ class SegmentReduceFunction : public torch::autograd::Function<SegmentReduceFunc
                             const std::optional<at::Tensor>& schedule_data) {
     at::AutoDispatchBelowADInplaceOrView guard;
     at::Tensor out = segment_reduce_op(src, ptr, reduce, config, schedule_data);
-    const bool extremum = is_extremum(reduce);  // only max/min read src and out backward
+    const Reduce kind = parse_reduce(std::string(reduce));
+    const bool extremum = kind == Reduce::Max || kind == Reduce::Min;  // only they read src and out backward
     ctx->save_for_backward({extremum ? src : at::Tensor(), extremum ? out : at::Tensor(), ptr});
     ctx->saved_data["reduce"] = std::string(reduce);
     ctx->saved_data["num_rows"] = src.sym_size(1);
@@ -55,8 +57,7 @@ class SegmentReduceFunction : public torch::autograd::Function<SegmentReduceFunc
         at::Tensor(const at::Tensor&, const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
                    const at::Tensor&, c10::string_view, c10::SymInt)>();
     auto saved = ctx->get_saved_variables();
-    const auto optional = [](const at::Tensor& t) { return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt; };
-    at::Tensor grad = op.call(grads[0].contiguous(), optional(saved[0]), optional(saved[1]), saved[2],
+    at::Tensor grad = op.call(grads[0].contiguous(), present(saved[0]), present(saved[1]), saved[2],
                               ctx->saved_data["reduce"].toStringRef(), ctx->saved_data["num_rows"].toSymInt());
     return {grad, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
