@@ -314,6 +314,43 @@ def test_every_cuda_schedule_writes_leading_and_trailing_empty_segments(params, 
 
 
 @pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("num_features", [16, 64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_traced_launch_builds_the_groups_layout(reduce, num_features, dtype):
+    """A traced call's launch (tuning.TRACED) takes the groups schedule at these sizes and builds its
+    layout inside the op, padded past the true group count: with empty segments, one segment that
+    spans many blocks, rows after the last segment (a pointer that does not cover them) and a batch,
+    every output against float64, for a direct and a gathered, weighted source."""
+    from pyg_fast import tuning
+    E, V = 300_000, 30_000
+    for gather in (False, True):
+        assert tuning.choose(E, V, num_features, torch.finfo(dtype).bits // 8, gather, num_features, None,
+                             True)["schedule"] == "groups"
+    index = random_index(E, V, "cuda", huge_segment=True).sort().values
+    index[index == 7] = 8  # an empty segment
+    index[-2000:] = V - 5
+    ptr = torch._convert_indices_from_coo_to_csr(index, V)
+    covered = ptr.clone()
+    covered[-10:] = covered[-10]  # the last 9 segments empty, the 2000 rows of segment V - 5 in none
+    src = torch.randn(2, E, num_features, device="cuda", dtype=dtype)
+    out = torch.ops.pyg_fast.segment_reduce(src, covered, reduce, list(tuning.TRACED.config))
+    assert_close(out, torch.stack([_csr_reference(s, covered, reduce) for s in src]), dtype)
+    x = torch.randn(5000, num_features, device="cuda", dtype=dtype)
+    src_index = torch.randint(0, 5000, (E,), device="cuda")
+    weight = torch.rand(E, 1, device="cuda", dtype=dtype)
+    out = torch.ops.pyg_fast.index_segment_reduce(x, src_index, ptr, weight, reduce, list(tuning.TRACED.config))
+    assert_close(out, _csr_reference(x.double()[src_index] * weight.double(), ptr, reduce), dtype)
+
+
+def _csr_reference(rows, ptr, reduce):
+    """The float64 reduction of ``rows`` over the segments of ``ptr``; rows past ptr[-1] in none."""
+    covered = int(ptr[-1])
+    index = torch.repeat_interleave(torch.arange(ptr.numel() - 1, device=ptr.device), ptr.diff())
+    return scatter_reference(rows[:covered], index, ptr.numel() - 1, reduce)
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
 def test_groups_layout_without_a_group_per_segment_raises():
     src, ptr = torch.randn(1, 6, 2, device="cuda"), torch.tensor([0, 4, 4, 6], device="cuda")
     # group_ptr, group_start, group_segment of two groups: segment 1 (empty) has none.

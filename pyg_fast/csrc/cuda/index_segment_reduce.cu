@@ -50,7 +50,8 @@ at::Tensor index_segment_reduce(const at::Tensor& x, const at::Tensor& src_index
   if (E == 0) return out.zero_();
   SegmentConfig c = SegmentConfig::resolve(config, {E, V, F, x.element_size(), true, head_dim, -1, false});
   c.align_to({x.const_data_ptr(), out.const_data_ptr()}, x.element_size());
-  const GraphLayout layout = GraphLayout::parse(c, schedule_data, V, x);
+  at::Tensor built;
+  const GraphLayout layout = launch_layout(c, schedule_data, ptr, E, x, built);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "index_segment_reduce", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     PF_DISPATCH_REDUCE(op, [&] {

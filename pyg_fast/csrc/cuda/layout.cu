@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 
 #include <algorithm>
 #include <tuple>
@@ -99,6 +100,29 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> looped_csr(const at::Tensor& src,
 }
 
 }  // namespace
+
+// Declared in segment_launch.cuh: the segment ops build the table for a traced call.
+at::Tensor neighbor_groups_table(const at::Tensor& ptr, int64_t num_rows, int64_t group_size) {
+  const int64_t V = ptr.numel() - 1, max_groups = V + num_rows / group_size;
+  auto table = at::empty({V + 1 + 2 * max_groups + 1}, ptr.options());
+  int64_t* group_ptr = table.mutable_data_ptr<int64_t>();
+  auto counts = at::empty({V}, ptr.options());
+  auto stream = at::cuda::getCurrentCUDAStream();
+  group_counts_kernel<<<blocks_for(V), kLayoutThreadsPerBlock, 0, stream>>>(
+      ptr.const_data_ptr<int64_t>(), V, group_size, counts.mutable_data_ptr<int64_t>(), group_ptr);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  size_t temp_bytes = 0;
+  C10_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, temp_bytes, counts.const_data_ptr<int64_t>(), group_ptr + 1,
+                                               V, stream));
+  auto temp = at::empty({static_cast<int64_t>(temp_bytes)}, ptr.options().dtype(at::kByte));
+  C10_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp.mutable_data_ptr(), temp_bytes, counts.const_data_ptr<int64_t>(),
+                                               group_ptr + 1, V, stream));
+  group_fill_kernel<<<blocks_for(max_groups + 1), kLayoutThreadsPerBlock, 0, stream>>>(
+      ptr.const_data_ptr<int64_t>(), group_ptr, V, group_size, max_groups, group_ptr + V + 1,
+      group_ptr + V + 1 + max_groups + 1);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return table;
+}
 
 TORCH_LIBRARY_IMPL(pyg_fast, CUDA, m) {
   m.impl("coo_to_csr", &coo_to_csr);

@@ -22,6 +22,9 @@ namespace pyg_fast::cuda {
 
 using tuning::Schedule;
 
+// Rows from which a traced call may take the groups schedule (SegmentConfig::resolve).
+constexpr int64_t kGroupsMinRows = int64_t{1} << 16;
+
 // Layout of the int[] config argument (tuning::Config): [schedule, lanes per group, vector width,
 // threads per block, rows per chunk (chunk, edges) or per neighbour group (groups; the layout holds
 // the groups, this only names it)]. An empty config means "choose from the sizes" (tuning::choose
@@ -32,6 +35,7 @@ struct SegmentConfig {
   int vec = 1;
   int threads = 256;
   int64_t chunk = 256;
+  bool builds_groups = false;  // the groups schedule with its layout built by the op (kChooseWithGroups)
 
   // One group of lanes per row over the features (the backward kernels' layout).
   static SegmentConfig plain(int64_t num_features, int64_t feature_block, int64_t element_size) {
@@ -43,11 +47,22 @@ struct SegmentConfig {
     return c;
   }
 
-  // The forward launch of an input: `config` as given, or the table's choice for its sizes.
+  // The forward launch of an input: `config` as given, or the table's choice for its sizes ([]: among
+  // the schedules that need no layout; [kChooseWithGroups]: the groups schedule too, from
+  // kGroupsMinRows rows, below which building its layout costs more than it saves).
   static SegmentConfig resolve(c10::IntArrayRef config, const tuning::Input& input) {
-    if (config.empty()) {
-      const tuning::Config chosen = tuning::choose(input);
-      return parse(chosen, input.num_features, input.feature_block, input.element_size);
+    const bool with_groups = config.size() == 1 && config[0] == tuning::kChooseWithGroups;
+    if (config.empty() || with_groups) {
+      tuning::Input in = input;
+      in.graph_aware = with_groups && input.num_rows >= kGroupsMinRows;
+      tuning::Config chosen = tuning::choose(in);
+      if (static_cast<Schedule>(chosen[0]) == Schedule::Balanced) {  // its row order needs a sort: not per call
+        in.graph_aware = false;
+        chosen = tuning::choose(in);
+      }
+      SegmentConfig c = parse(chosen, input.num_features, input.feature_block, input.element_size);
+      c.builds_groups = c.schedule == Schedule::Groups;
+      return c;
     }
     return parse(config, input.num_features, input.feature_block, input.element_size);
   }
@@ -127,6 +142,22 @@ struct GraphLayout {
     return layout;
   }
 };
+
+// The groups schedule's layout for the segments of `ptr` over `num_rows` rows, built on the device
+// for one call (cuda/layout.cu): the table GraphLayout::parse reads, padded to V + num_rows /
+// group_size groups, a bound of the true count that follows from the sizes, so that nothing waits
+// for the device. The padding groups cover no rows and belong to no segment.
+at::Tensor neighbor_groups_table(const at::Tensor& ptr, int64_t num_rows, int64_t group_size);
+
+// The layout of a launch: `data` as given, or the groups table built for this call where `c` asks
+// for it (kept alive by `built` until the launch is queued).
+inline GraphLayout launch_layout(const SegmentConfig& c, const std::optional<at::Tensor>& data, const at::Tensor& ptr,
+                                 int64_t num_rows, const at::Tensor& like, at::Tensor& built) {
+  const int64_t V = ptr.numel() - 1;
+  if (!c.builds_groups || data.has_value()) return GraphLayout::parse(c, data, V, like);
+  built = neighbor_groups_table(ptr, num_rows, c.chunk);
+  return GraphLayout::parse(c, built, V, like);
+}
 
 inline int64_t num_sms() {
   static int count[64] = {};

@@ -21,7 +21,8 @@ at::Tensor segment_reduce(const at::Tensor& src, const at::Tensor& ptr, c10::str
   if (E == 0) return out.zero_();  // every segment is empty
   SegmentConfig c = SegmentConfig::resolve(config, {E, V, F, src.element_size(), false, F, -1, false});
   c.align_to({src.const_data_ptr(), out.const_data_ptr()}, src.element_size());
-  const GraphLayout layout = GraphLayout::parse(c, schedule_data, V, src);
+  at::Tensor built;
+  const GraphLayout layout = launch_layout(c, schedule_data, ptr, E, src, built);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "segment_reduce", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     PF_DISPATCH_REDUCE(op, [&] {

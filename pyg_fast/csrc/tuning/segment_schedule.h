@@ -16,6 +16,11 @@ enum class Schedule : int64_t { Row = 0, Chunk = 1, RowParallel = 2, Groups = 3,
 constexpr int kNumSchedules = 6;
 const char* schedule_name(Schedule s);
 
+// A config of this one entry asks the CUDA segment ops for the table's choice from the sizes with the
+// groups schedule allowed, its neighbour-group layout built by the op for that call: what a traced
+// call gets (pyg_fast.tuning.TRACED), where no layout can be kept with the graph from step to step.
+constexpr int64_t kChooseWithGroups = -1;
+
 // Output vectors per thread of the balanced schedule (kernels/segment_balanced.cuh reads it).
 constexpr int kBalancedTile = 2;
 

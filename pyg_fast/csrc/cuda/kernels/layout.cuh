@@ -145,6 +145,42 @@ __global__ void looped_csr_kernel(const int64_t* __restrict__ src, const int64_t
     out_perm[at] = perm[i];
   }
 }
+
+// The groups schedule's table (segment_groups.cuh) for the segments of ptr, padded to max_groups
+// groups (cuda/layout.cu). First counts[r] = the groups of segment r (ceil(len / group_size), at
+// least one: an empty segment is written by its own group), which an inclusive scan turns into
+// group_ptr[1:] (group_ptr[0] = 0 here); then group_start and group_segment per group slot.
+__global__ void group_counts_kernel(const int64_t* __restrict__ ptr, int64_t V, int64_t group_size,
+                                    int64_t* __restrict__ counts, int64_t* __restrict__ group_ptr) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r == 0) group_ptr[0] = 0;
+  if (r >= V) return;
+  const int64_t len = ptr[r + 1] - ptr[r];
+  counts[r] = len > group_size ? (len + group_size - 1) / group_size : 1;
+}
+
+// Slot g < max_groups: the group's first row and its segment (the last r with group_ptr[r] <= g);
+// slots past the last group, and group_start[max_groups], start at ptr[V] and belong to segment -1,
+// which the kernel skips.
+__global__ void group_fill_kernel(const int64_t* __restrict__ ptr, const int64_t* __restrict__ group_ptr, int64_t V,
+                                  int64_t group_size, int64_t max_groups, int64_t* __restrict__ group_start,
+                                  int64_t* __restrict__ group_segment) {
+  const int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (g > max_groups) return;
+  if (g == max_groups || g >= group_ptr[V]) {
+    group_start[g] = ptr[V];
+    if (g < max_groups) group_segment[g] = -1;
+    return;
+  }
+  int64_t lo = 0, hi = V;  // first r with group_ptr[r] > g, in (0, V]
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (group_ptr[mid] <= g) lo = mid + 1; else hi = mid;
+  }
+  const int64_t r = lo - 1;
+  group_start[g] = ptr[r] + (g - group_ptr[r]) * group_size;
+  group_segment[g] = r;
+}
 #endif
 
 }  // namespace pyg_fast::cuda
