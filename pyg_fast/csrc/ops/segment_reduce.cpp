@@ -11,8 +11,10 @@
 
 TORCH_LIBRARY_FRAGMENT(pyg_fast, m) {
   // out[b, r] = reduce(src[b, ptr[r]:ptr[r+1]]) for src [B, E, F], ptr [V+1] -> out [B, V, F].
-  // config selects the CUDA schedule (pyg_fast/tuning); [] means the default. schedule_data is the
-  // per-graph layout the graph-aware schedules read (groups, balanced; see cuda/segment_launch.cuh).
+  // config selects the CUDA schedule (pyg_fast/tuning); [] means the default, [-1] the default with
+  // the groups schedule allowed, its layout built by the op (tuning::kChooseWithGroups). schedule_data
+  // is the per-graph layout the graph-aware schedules read (groups, balanced; see
+  // cuda/segment_launch.cuh).
   m.def(
       "segment_reduce(Tensor src, Tensor ptr, str reduce, int[] config=[], Tensor? schedule_data=None) "
       "-> Tensor");
