@@ -1,5 +1,6 @@
 """Helpers for pyg_fast's tests and benchmarks: devices, dtypes and error bounds."""
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -43,3 +44,18 @@ def scatter_reference(src: torch.Tensor, index: torch.Tensor, dim_size: int, red
     idx = index.view(idx_shape).expand_as(src64)
     name = {"sum": "sum", "mean": "mean", "max": "amax", "min": "amin"}[reduce]
     return src64.new_zeros(shape).scatter_reduce(dim, idx, src64, name, include_self=False)
+
+
+class PygFastOps(TorchDispatchMode):
+    """Records the pyg_fast ops that run inside it, forward and backward (``ops``: names without
+    the namespace, e.g. ``"gather_scatter"``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func)
+        if name.startswith("pyg_fast."):
+            self.ops.add(name.split(".")[1])
+        return func(*args, **(kwargs or {}))

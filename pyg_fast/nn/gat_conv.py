@@ -10,7 +10,8 @@ from torch_geometric.utils import add_self_loops, remove_self_loops
 
 from pyg_fast.nn import _graph
 from pyg_fast.nn._fused import FusedLayer
-from pyg_fast.ops._kernels import gather_rows, reduce_csr, run
+from pyg_fast.ops import _layout
+from pyg_fast.ops._kernels import coo_route, edge_softmax_coo, gather_rows, gather_scatter, reduce_csr, run
 from pyg_fast.ops.segment_reduce import segment_reduce
 
 # fill_value reductions of PyG's add_self_loops that run without the loops' count on the host
@@ -68,7 +69,7 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
         alpha_src = (h_src.view(-1, H, C) * self.att_src).sum(dim=-1)
         alpha_dst = None if h_dst is None else (h_dst.view(-1, H, C) * self.att_dst).sum(-1)
 
-        edge_index, is_loop = edges.edge_index, None
+        edge_index, is_loop, loops_of, num_loops = edges.edge_index, None, None, 0
         sorted_by_destination = edges.sorted_by_destination
         if self.lin_edge is None:
             edge_attr = None  # PyG carries it along but never reads it
@@ -86,6 +87,57 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
                 loops_of = edge_index
             sorted_by_destination = None
         num_src, num_dst = _graph.num_nodes(h_src, h_dst, edges.sizes, size)
+        if (alpha_dst is not None and not return_attention_weights and (is_loop is not None or not self.add_self_loops)
+                and _layout.eager(edge_index)
+                and coo_route(edge_index, ("gat", num_src, num_dst, self.flow), edge_index.size(1) * H * C)):
+            out = self._propagate_coo(h_src, alpha_src, alpha_dst, edge_index, edge_attr, is_loop, num_dst)
+        else:
+            out = self._propagate_grouped(h_src, alpha_src, alpha_dst, edge_index, edge_attr, is_loop, loops_of,
+                                          num_loops, num_src, num_dst, sorted_by_destination, return_attention_weights)
+            if return_attention_weights:
+                out, alpha = out
+        if not self.concat:
+            out = out.view(-1, H, C).mean(dim=1)
+        if res is not None:
+            out = out + res
+        bias = self.bias
+        if bias is not None:
+            out = out + bias
+        if return_attention_weights:  # as PyG's: False returns the output alone
+            return out, (edge_index, alpha)
+        return out
+
+    def _propagate_coo(self, h_src: Tensor, alpha_src: Tensor, alpha_dst: Tensor, edge_index: Tensor,
+                       edge_attr: OptTensor, is_loop: Optional[Tensor], num_dst: int) -> Tensor:
+        """The attention and aggregation of a graph's first uses, with no grouping (``coo_route``):
+        the edges in input order, the loops appended, the softmax and the weighted sum with atomics.
+        Indices out of range are read by no kernel and reported by the aggregation; an edge whose
+        source alone is out of range scores 0 (CUDA's sddmm) in its destination's softmax, so that
+        destination's output in the call that reports it is off (the grouped route leaves it out)."""
+        H, C = self.heads, self.out_channels
+        src, dst, names = _graph.endpoints(edge_index, self.flow)
+        if is_loop is not None:
+            loops = torch.arange(is_loop.numel() - src.numel(), device=src.device)
+            src, dst = torch.cat([src, loops]), torch.cat([dst, loops])
+        if src.numel() == 0:
+            return h_src.new_zeros(num_dst, H * C)
+        alpha = run(torch.ops.pyg_fast.sddmm, alpha_src.unsqueeze(-1), alpha_dst.unsqueeze(-1), src, dst,
+                    "add").squeeze(-1)
+        if edge_attr is not None and self.lin_edge is not None:
+            edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr
+            alpha = alpha + (self.lin_edge(edge_attr).view(-1, H, C) * self.att_edge).sum(dim=-1)
+        alpha = F.leaky_relu(alpha, self.negative_slope)
+        if is_loop is not None:
+            alpha = alpha.masked_fill(is_loop.unsqueeze(1), torch.finfo(alpha.dtype).min)
+        alpha = edge_softmax_coo(alpha, dst, num_dst, names.split("|")[2], names.split("|")[3])
+        alpha = F.dropout(alpha, p=self.dropout, training=self.training)
+        return gather_scatter(h_src, src, dst, alpha, num_dst, "sum", names, edge_index)
+
+    def _propagate_grouped(self, h_src, alpha_src, alpha_dst, edge_index, edge_attr, is_loop, loops_of, num_loops,
+                           num_src, num_dst, sorted_by_destination, return_attention_weights):
+        """The attention and aggregation over the graph grouped by destination (cached with
+        ``edge_index``): the output, with the attention in input order where asked for."""
+        H, C = self.heads, self.out_channels
         if is_loop is not None:
             graph = _graph.by_destination_looped(loops_of, num_src, num_dst, num_loops, self.flow)
         else:
@@ -113,15 +165,8 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
             out = reduce_csr(h_src, graph.src, graph.ptr, alpha, "sum")
         else:  # no edges (and maybe no nodes): nothing to aggregate
             out = h_src.new_zeros(num_dst, H * C)
-        if not self.concat:
-            out = out.view(-1, H, C).mean(dim=1)
-        if res is not None:
-            out = out + res
-        bias = self.bias
-        if bias is not None:
-            out = out + bias
-        if return_attention_weights:  # as PyG's: False returns the output alone
-            return out, (edge_index, _graph.in_input_order(alpha, graph))
+        if return_attention_weights:
+            return out, _graph.in_input_order(alpha, graph)
         return out
 
     def _with_loop_attr(self, edge_index: Tensor, edge_attr: OptTensor, is_loop: Tensor, num_loops: int) -> OptTensor:

@@ -362,3 +362,36 @@ def _(src, ptr, lanes=0):
 @torch.library.register_fake("pyg_fast::edge_softmax_backward")
 def _(out, grad_out, ptr, lanes=0):
     return torch.empty_like(out)
+
+
+@torch.library.register_fake("pyg_fast::edge_softmax_coo")
+def _(src, index, num_nodes):
+    return torch.empty_like(src), index.new_empty(1)
+
+
+@torch.library.register_fake("pyg_fast::edge_softmax_coo_backward")
+def _(out, grad_out, index, num_nodes):
+    return torch.empty_like(out)
+
+
+@torch.library.register_fake("pyg_fast::scatter_extremum")
+def _(src, index, num_rows, is_max):
+    return src.new_empty(num_rows, src.size(1)), index.new_empty(1)
+
+
+def scatter_extremum(src2: Tensor, index: Tensor, num_rows: int, reduce: str, name: str, size_name: str) -> Tensor:
+    """``pyg_fast::scatter_extremum``: the max or min (``reduce``) of the rows of ``src2`` [E, F]
+    per segment of the int64 ``index`` (any order), with no grouping (see :func:`coo_route`). An
+    index out of range is reported (eager mode, every call: its rows were skipped)."""
+    out, flags = run(torch.ops.pyg_fast.scatter_extremum, src2.contiguous(), index, num_rows, reduce == "max")
+    _deferred.report(flags, [_layout.range_message(name, num_rows, size_name)])
+    return out
+
+
+def edge_softmax_coo(src2: Tensor, index: Tensor, num_nodes: int, name: str, size_name: str) -> Tensor:
+    """``pyg_fast::edge_softmax_coo`` of ``src2`` [E, H] over the int64 ``index`` (any order): the
+    softmax of a graph's first uses, with no grouping (see :func:`coo_route`). An index out of range
+    is reported (eager mode, every call: its edges got 0)."""
+    out, flags = run(torch.ops.pyg_fast.edge_softmax_coo, src2.contiguous(), index, num_nodes)
+    _deferred.report(flags, [_layout.range_message(name, num_nodes, size_name)])
+    return out

@@ -5,8 +5,8 @@ import torch
 from torch import Tensor
 
 from pyg_fast.ops import _layout
-from pyg_fast.ops._checks import check_dim, check_float
-from pyg_fast.ops._kernels import gather_rows, run
+from pyg_fast.ops._checks import check_dim, check_float, check_index_tensor
+from pyg_fast.ops._kernels import coo_route, edge_softmax_coo, gather_rows, run
 
 
 def edge_softmax(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
@@ -21,16 +21,22 @@ def edge_softmax(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tens
     for every edge :math:`e` with :math:`\mathrm{index}_e = i`, separately for every
     trailing column (e.g. attention head). Same signature, numerics (the max is
     detached, the ``1e-16``) and gradients as :func:`torch_geometric.utils.softmax`,
-    computed by one fused kernel per pass. Groups come from ``index`` (ideally sorted;
-    an unsorted one is sorted once and cached with the tensor) or a CSR ``ptr`` over
-    ``dim``.
+    computed by one fused kernel per pass. Groups come from ``index`` or a CSR ``ptr`` over
+    ``dim``. An index in any order, on its first uses with ``num_nodes`` given (a sampled
+    graph's), takes no grouping: maxima and sums per destination with atomics; from its
+    ``_layout.REUSED_FROM_USE``-th use it is sorted once and cached with the tensor.
     """
     check_float(src, "src")
     dim = check_dim(src, dim, "src")
     num_edges = src.size(dim)
-    layout, _ = _layout.segments(index, ptr, src, dim, num_nodes, size_name="num_nodes")
     moved = src.movedim(dim, 0)
     src2 = moved.reshape(num_edges, -1)
+    if ptr is None and index is not None and num_nodes is not None and num_nodes >= 0:
+        check_index_tensor(index, "index", num_edges, src.device)
+        index = _layout.as_long(index)
+        if _layout.eager(index) and coo_route(index, ("edge_softmax", num_nodes), src2.numel()):
+            return edge_softmax_coo(src2, index, num_nodes, "index", "num_nodes").view(moved.shape).movedim(0, dim)
+    layout, _ = _layout.segments(index, ptr, src, dim, num_nodes, size_name="num_nodes")
     if layout.perm is None:
         out2 = run(torch.ops.pyg_fast.edge_softmax, src2.contiguous(), layout.ptr, 0)
     else:

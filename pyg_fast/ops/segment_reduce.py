@@ -6,7 +6,7 @@ from torch import Tensor
 
 from pyg_fast.ops import _layout
 from pyg_fast.ops._checks import check_dim, check_float, check_index_tensor, check_reduce
-from pyg_fast.ops._kernels import COO_REDUCES, coo_route, gather_scatter, reduce_rows
+from pyg_fast.ops._kernels import COO_REDUCES, coo_route, gather_scatter, reduce_rows, scatter_extremum
 
 
 def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
@@ -26,8 +26,8 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
 
     An ``index`` is grouped by a stable sort on its device (skipped where ``sorted=True``
     promises order, or on the CPU where it is found sorted); in eager mode the grouping is
-    cached with the index tensor, and the first sums and means over an index (with
-    ``dim_size`` given) add with atomics instead, without a grouping. Index values are checked
+    cached with the index tensor, and the first reductions over an index (with
+    ``dim_size`` given; the extrema in eager mode) use atomics instead, without a grouping. Index values are checked
     without a host synchronisation (see ``pyg_fast.config``); pass ``dim_size``, else it is read
     from the index (one).
 
@@ -49,14 +49,19 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
     shape = list(src.shape)
     src3 = src.reshape(math.prod(shape[:dim]), num_rows, math.prod(shape[dim + 1:]))
     # An index declared sorted keeps the grouping: no sort to save, and the claim is checked there
-    if (ptr is None and dim_size is not None and src3.size(0) == 1 and reduce in COO_REDUCES and dim_size >= 0
-            and not sorted):
+    if (ptr is None and dim_size is not None and src3.size(0) == 1 and reduce in COO_REDUCES + ("max", "min")
+            and dim_size >= 0 and not sorted):
         check_index_tensor(index, "index", num_rows, src.device)
         index = _layout.as_long(index)
-        if coo_route(index, ("segment_reduce", dim_size), src3.numel()):
+        # the extrema's COO route reports in eager mode only; recorded, they keep the grouping
+        if (reduce in COO_REDUCES or _layout.eager(index)) and coo_route(index, ("segment_reduce", dim_size),
+                                                                          src3.numel()):
             shape[dim] = dim_size
-            out = gather_scatter(src3[0], None, index, None, dim_size, reduce, "src|src.size(dim)|index|dim_size",
-                                 index)
+            if reduce in COO_REDUCES:
+                out = gather_scatter(src3[0], None, index, None, dim_size, reduce,
+                                     "src|src.size(dim)|index|dim_size", index)
+            else:
+                out = scatter_extremum(src3[0], index, dim_size, reduce, "index", "dim_size")
             return out.view(shape)
     layout, dim_size = _layout.segments(index, ptr, src, dim, dim_size, is_sorted=sorted)
     shape[dim] = dim_size

@@ -1,6 +1,7 @@
 """Shared helpers of the layer tests."""
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from pyg_fast.testing import PygFastOps
 
 
 def random_graph(num_nodes, num_edges, device="cpu", num_dst=None):
@@ -10,20 +11,6 @@ def random_graph(num_nodes, num_edges, device="cpu", num_dst=None):
     src = torch.randint(0, max(1, num_nodes - 1), (num_edges,), device=device)
     dst = torch.randint(0, max(1, 3 * num_dst // 4), (num_edges,), device=device)
     return torch.stack([src, dst])
-
-
-class PygFastOps(TorchDispatchMode):
-    """Records the pyg_fast custom ops that run (forward and backward)."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = str(func)
-        if name.startswith("pyg_fast."):
-            self.ops.add(name.split(".")[1])
-        return func(*args, **(kwargs or {}))
 
 
 def grads(module, *tensors):

@@ -200,7 +200,7 @@ def pytest_collection_modifyitems(session, config, items):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     """Records the pyg_fast kernels each test ran (so a run that never reaches them shows)."""
-    from tests.nn._helpers import PygFastOps
+    from pyg_fast.testing import PygFastOps
     with PygFastOps() as mode:
         yield
     _STATE["kernels"][item.nodeid.split("/")[-1]] = sorted(mode.ops)

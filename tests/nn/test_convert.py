@@ -6,7 +6,8 @@ import torch_geometric.nn as pyg_nn
 
 import pyg_fast
 import pyg_fast.nn as fast_nn
-from tests.nn._helpers import PygFastOps, random_graph
+from pyg_fast.testing import PygFastOps
+from tests.nn._helpers import random_graph
 
 
 class Net(torch.nn.Module):

@@ -9,8 +9,8 @@ from torch_geometric import EdgeIndex
 from torch_geometric.utils import to_torch_coo_tensor, to_torch_csc_tensor
 
 import pyg_fast.nn as fast_nn
-from pyg_fast.testing import DEVICES
-from tests.nn._helpers import PygFastOps, compare, random_graph
+from pyg_fast.testing import DEVICES, PygFastOps
+from tests.nn._helpers import compare, random_graph
 
 
 def pair(device, **kwargs):

@@ -7,7 +7,8 @@ import pyg_fast
 from pyg_fast import tuning
 from pyg_fast.ops._layout import REUSED_FROM_USE
 from pyg_fast.patch import _ORIGINAL_REDUCE, patch
-from tests.nn._helpers import PygFastOps, random_graph
+from pyg_fast.testing import PygFastOps
+from tests.nn._helpers import random_graph
 
 
 SHIPPED_MIN_ELEMENTS = dict(tuning.PATCH_MIN_ELEMENTS)

@@ -3,7 +3,7 @@ import torch
 from torch_geometric.utils import softmax as pyg_softmax
 
 from pyg_fast.ops import edge_softmax
-from pyg_fast.testing import DEVICES, DTYPES, assert_close
+from pyg_fast.testing import DEVICES, DTYPES, PygFastOps, assert_close
 
 
 def random_groups(num_nodes, num_edges, device, sort=True):
@@ -140,3 +140,73 @@ def test_minus_infinity_entries_weigh_nothing(device):
     out = edge_softmax(src, index, num_nodes=2)
     torch.testing.assert_close(out, pyg_softmax(src, index, num_nodes=2))
     assert not torch.isnan(out).any()
+
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_first_uses_take_no_grouping_then_the_grouped_kernel(device, dtype, route):
+    """On the COO route an unsorted index's first uses run pyg_fast::edge_softmax_coo (atomics, no
+    grouping), from its REUSED_FROM_USE-th use the grouped kernel, which the grouped route takes
+    at once: both against PyG's softmax in float64, forward and backward, with destinations that
+    receive no edge."""
+    from pyg_fast.ops import _layout
+    N, E, H = 60, 500, 4
+    index = random_groups(N, E, device, sort=False)
+    src = (torch.randn(E, H, device=device, dtype=torch.float64) * 4).to(dtype)
+    ref_src = src.double().requires_grad_()
+    ref = reference(ref_src, index, N)
+    grad = torch.randn_like(ref)
+    ref.backward(grad)
+    for use in range(1, _layout.REUSED_FROM_USE + 1):
+        s = src.detach().clone().requires_grad_()
+        with PygFastOps() as log:
+            out = edge_softmax(s, index, num_nodes=N)
+            out.backward(grad.to(dtype))
+        coo = route == "coo" and use < _layout.REUSED_FROM_USE
+        assert ("edge_softmax_coo" in log.ops) == coo and ("edge_softmax" in log.ops) != coo
+        assert_close(out, ref, dtype)
+        assert_close(s.grad, ref_src.grad, dtype, scale=4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_first_use_out_of_range_index_raises_and_reads_nothing(device, route):
+    """Both routes report a destination out of range; the atomic one skips its edge (output 0),
+    and the other edges' softmax is PyG's."""
+    from pyg_fast import check_errors
+    src = torch.randn(5, 2, device=device)
+    index = torch.tensor([0, 1, 1, 7, -1], device=device)
+    with pytest.raises(IndexError, match="'index' holds values outside \\[0, 3\\)"):
+        out = edge_softmax(src, index, num_nodes=3)
+        check_errors()
+    out, flags = torch.ops.pyg_fast.edge_softmax_coo(src, index, 3)
+    assert flags.tolist() == [1]
+    assert (out[3:] == 0).all()
+    assert_close(out[:3], reference(src[:3], index[:3], 3), torch.float32)
+
+
+def test_coo_op_compiles_fullgraph():
+    """pyg_fast::edge_softmax_coo and its backward under torch.compile: outputs and gradients as
+    eager ones, against float64."""
+    index = torch.tensor([2, 0, 2, 1, 0, 2, 2])
+    src = torch.randn(7, 3, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(7, 3, dtype=torch.float64)
+
+    def fn(s):
+        return (torch.ops.pyg_fast.edge_softmax_coo(s, index, 4)[0] * weight).sum()
+
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+    compiled(src).backward()
+    ref_src = src.detach().clone().requires_grad_()
+    (reference(ref_src, index, 4) * weight).sum().backward()
+    assert_close(src.grad, ref_src.grad, torch.float64)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_coo_softmax_of_signed_zeros(device):
+    """Scores of -0.0 (a group's only score, and beside negative ones): PyG's softmax, no NaN."""
+    src = torch.tensor([[-0.0], [-0.0], [-1.0], [0.0], [-0.0]], device=device)
+    index = torch.tensor([0, 1, 1, 2, 2], device=device)
+    out, _ = torch.ops.pyg_fast.edge_softmax_coo(src, index, 3)
+    assert not torch.isnan(out).any()
+    assert_close(out, reference(src, index, 3), torch.float32)

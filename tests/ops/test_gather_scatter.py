@@ -7,8 +7,7 @@ import pyg_fast
 from pyg_fast import tuning
 from pyg_fast.ops import _layout
 from pyg_fast.ops._kernels import gather_scatter
-from pyg_fast.testing import DEVICES, DTYPES, assert_close, poison_allocator
-from tests.nn._helpers import PygFastOps
+from pyg_fast.testing import DEVICES, DTYPES, PygFastOps, assert_close, poison_allocator
 
 
 def edges(num_src, num_edges, num_dst, device):

@@ -3,11 +3,13 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -99,11 +101,79 @@ at::Tensor edge_softmax_backward(const at::Tensor& out, const at::Tensor& grad_o
   return grad_src;
 }
 
+// The COO softmax, one pass each for the maxima, the sums and the outputs, sequential over the edges
+// (their destinations come in any order). An index out of range raises the flag; its edge gets 0.
+std::tuple<at::Tensor, at::Tensor> edge_softmax_coo(const at::Tensor& src, const at::Tensor& index, int64_t num_nodes) {
+  check_edge_softmax_coo_args(src, index, num_nodes);
+  auto out = at::empty_like(src);
+  auto flags = at::zeros({1}, index.options());
+  const int64_t E = src.size(0), H = src.size(1), V = num_nodes;
+  const int64_t* d = index.const_data_ptr<int64_t>();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "edge_softmax_coo", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const scalar_t* s = src.const_data_ptr<scalar_t>();
+    scalar_t* o = out.mutable_data_ptr<scalar_t>();
+    std::vector<acc_t> max(V * H, -std::numeric_limits<acc_t>::infinity()), sum(V * H, acc_t(0));
+    bool bad = false;
+    for (int64_t e = 0; e < E; ++e) {
+      if (d[e] < 0 || d[e] >= V) {
+        bad = true;
+        continue;
+      }
+      for (int64_t h = 0; h < H; ++h) max[d[e] * H + h] = std::max(max[d[e] * H + h], static_cast<acc_t>(s[e * H + h]));
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      if (d[e] < 0 || d[e] >= V) continue;
+      for (int64_t h = 0; h < H; ++h)
+        sum[d[e] * H + h] += std::exp(static_cast<acc_t>(s[e * H + h]) - max[d[e] * H + h]);
+    }
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t h = 0; h < H; ++h) {
+        const bool ok = d[e] >= 0 && d[e] < V;
+        o[e * H + h] = ok ? static_cast<scalar_t>(std::exp(static_cast<acc_t>(s[e * H + h]) - max[d[e] * H + h]) /
+                                                  (sum[d[e] * H + h] + acc_t(1e-16)))
+                          : scalar_t(0);
+      }
+    if (bad) flags.fill_(1);
+  });
+  return {out, flags};
+}
+
+at::Tensor edge_softmax_coo_backward(const at::Tensor& out, const at::Tensor& grad_out, const at::Tensor& index,
+                                     int64_t num_nodes) {
+  check_edge_softmax_coo_backward_args(out, grad_out, index, num_nodes);
+  auto grad_src = at::empty_like(out);
+  const int64_t E = out.size(0), H = out.size(1), V = num_nodes;
+  const int64_t* d = index.const_data_ptr<int64_t>();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "edge_softmax_coo_backward", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const scalar_t* y = out.const_data_ptr<scalar_t>();
+    const scalar_t* g = grad_out.const_data_ptr<scalar_t>();
+    scalar_t* gs = grad_src.mutable_data_ptr<scalar_t>();
+    std::vector<acc_t> dot(V * H, acc_t(0));
+    for (int64_t e = 0; e < E; ++e) {
+      if (d[e] < 0 || d[e] >= V) continue;
+      for (int64_t h = 0; h < H; ++h)
+        dot[d[e] * H + h] += static_cast<acc_t>(y[e * H + h]) * static_cast<acc_t>(g[e * H + h]);
+    }
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t h = 0; h < H; ++h) {
+        const bool ok = d[e] >= 0 && d[e] < V;
+        gs[e * H + h] = ok ? static_cast<scalar_t>(static_cast<acc_t>(y[e * H + h]) *
+                                                   (static_cast<acc_t>(g[e * H + h]) - dot[d[e] * H + h]))
+                           : scalar_t(0);
+      }
+  });
+  return grad_src;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(pyg_fast, CPU, m) {
   m.impl("edge_softmax", &edge_softmax);
   m.impl("edge_softmax_backward", &edge_softmax_backward);
+  m.impl("edge_softmax_coo", &edge_softmax_coo);
+  m.impl("edge_softmax_coo_backward", &edge_softmax_coo_backward);
 }
 
 }  // namespace pyg_fast::cpu

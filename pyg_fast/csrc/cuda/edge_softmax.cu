@@ -4,10 +4,15 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <limits>
+#include <tuple>
 #include <type_traits>
 
 #include "../ops/edge_softmax.h"
@@ -93,11 +98,71 @@ at::Tensor edge_softmax_backward(const at::Tensor& out, const at::Tensor& grad_o
   return grad_src;
 }
 
+constexpr int kCooThreads = 256;
+
+// Blocks for a grid-stride pass over `values`: a few waves at most.
+int64_t coo_blocks(int64_t values) {
+  const int64_t resident = at::cuda::getCurrentDeviceProperties()->multiProcessorCount * 8;
+  return std::max<int64_t>(1, std::min(blocks_for(values, kCooThreads), resident));
+}
+
+std::tuple<at::Tensor, at::Tensor> edge_softmax_coo(const at::Tensor& src, const at::Tensor& index, int64_t num_nodes) {
+  check_edge_softmax_coo_args(src, index, num_nodes);
+  const c10::cuda::CUDAGuard guard(src.device());
+  auto out = at::empty_like(src);
+  auto flags = at::zeros({1}, index.options());
+  const int64_t E = src.size(0), H = src.size(1), V = num_nodes, n = E * H;
+  if (n == 0) return {out, flags};
+  auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "edge_softmax_coo_cuda", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const auto acc = src.options().dtype(c10::CppTypeToScalarType<acc_t>::value);
+    auto max = at::full({std::max<int64_t>(V, 1), H}, -std::numeric_limits<acc_t>::infinity(), acc);
+    auto sum = at::zeros({std::max<int64_t>(V, 1), H}, acc);
+    auto pass = [&](auto pass_tag) {
+      edge_softmax_coo_kernel<scalar_t, acc_t, decltype(pass_tag)::value><<<coo_blocks(n), kCooThreads, 0, stream>>>(
+          src.const_data_ptr<scalar_t>(), index.const_data_ptr<int64_t>(), n, static_cast<int>(H), V,
+          max.mutable_data_ptr<acc_t>(), sum.mutable_data_ptr<acc_t>(), out.mutable_data_ptr<scalar_t>(),
+          flags.mutable_data_ptr<int64_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
+    pass(std::integral_constant<CooPass, CooPass::Max>{});
+    pass(std::integral_constant<CooPass, CooPass::Sum>{});
+    pass(std::integral_constant<CooPass, CooPass::Write>{});
+  });
+  return {out, flags};
+}
+
+at::Tensor edge_softmax_coo_backward(const at::Tensor& out, const at::Tensor& grad_out, const at::Tensor& index,
+                                     int64_t num_nodes) {
+  check_edge_softmax_coo_backward_args(out, grad_out, index, num_nodes);
+  const c10::cuda::CUDAGuard guard(out.device());
+  auto grad_src = at::empty_like(out);
+  const int64_t E = out.size(0), H = out.size(1), V = num_nodes, n = E * H;
+  if (n == 0) return grad_src;
+  auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "edge_softmax_coo_backward_cuda", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    auto dot = at::zeros({std::max<int64_t>(V, 1), H}, out.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
+    const scalar_t *y = out.const_data_ptr<scalar_t>(), *g = grad_out.const_data_ptr<scalar_t>();
+    const int64_t* d = index.const_data_ptr<int64_t>();
+    edge_softmax_coo_backward_kernel<scalar_t, acc_t, false><<<coo_blocks(n), kCooThreads, 0, stream>>>(
+        y, g, d, n, static_cast<int>(H), V, dot.mutable_data_ptr<acc_t>(), nullptr);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    edge_softmax_coo_backward_kernel<scalar_t, acc_t, true><<<coo_blocks(n), kCooThreads, 0, stream>>>(
+        y, g, d, n, static_cast<int>(H), V, dot.mutable_data_ptr<acc_t>(), grad_src.mutable_data_ptr<scalar_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return grad_src;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(pyg_fast, CUDA, m) {
   m.impl("edge_softmax", &edge_softmax);
   m.impl("edge_softmax_backward", &edge_softmax_backward);
+  m.impl("edge_softmax_coo", &edge_softmax_coo);
+  m.impl("edge_softmax_coo_backward", &edge_softmax_coo_backward);
 }
 
 }  // namespace pyg_fast::cuda

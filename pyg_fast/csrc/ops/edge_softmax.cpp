@@ -3,6 +3,8 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <tuple>
+
 TORCH_LIBRARY_FRAGMENT(pyg_fast, m) {
   // Softmax of src [E, H] over the edges ptr[r]:ptr[r+1] of every destination r, per head:
   // out[e, h] = exp(src[e, h] - max_r) / (sum_r exp(src[., h] - max_r) + 1e-16), as PyG's softmax.
@@ -10,6 +12,12 @@ TORCH_LIBRARY_FRAGMENT(pyg_fast, m) {
   m.def("edge_softmax(Tensor src, Tensor ptr, int lanes=0) -> Tensor");
   // Gradient w.r.t. src given the forward output: out * (grad_out - sum_r(grad_out * out)).
   m.def("edge_softmax_backward(Tensor out, Tensor grad_out, Tensor ptr, int lanes=0) -> Tensor");
+  // The same softmax over the edges of each destination index[e] in [0, num_nodes), edges in any
+  // order (no grouping: a graph used once, as a sampled mini-batch's): the maxima and sums per
+  // destination with atomics on CUDA. An edge whose index is out of range gets 0 and raises
+  // flags[0] (int64 [1]).
+  m.def("edge_softmax_coo(Tensor src, Tensor index, SymInt num_nodes) -> (Tensor out, Tensor flags)");
+  m.def("edge_softmax_coo_backward(Tensor out, Tensor grad_out, Tensor index, SymInt num_nodes) -> Tensor");
 }
 
 namespace pyg_fast {
@@ -52,7 +60,48 @@ at::Tensor edge_softmax_autograd(const at::Tensor& src, const at::Tensor& ptr, i
   return EdgeSoftmaxFunction::apply(src, ptr, lanes);
 }
 
+using CooOutputs = std::tuple<at::Tensor, at::Tensor>;
+
+CooOutputs edge_softmax_coo_op(const at::Tensor& src, const at::Tensor& index, c10::SymInt num_nodes) {
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pyg_fast::edge_softmax_coo", "").typed<
+      CooOutputs(const at::Tensor&, const at::Tensor&, c10::SymInt)>();
+  return op.call(src, index, std::move(num_nodes));
+}
+
+class EdgeSoftmaxCooFunction : public torch::autograd::Function<EdgeSoftmaxCooFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& src, const at::Tensor& index,
+                               c10::SymInt num_nodes) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    auto [out, flags] = edge_softmax_coo_op(src, index, num_nodes);
+    ctx->save_for_backward({out, index});
+    ctx->saved_data["num_nodes"] = std::move(num_nodes);
+    ctx->mark_non_differentiable({flags});
+    return {out, flags};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pyg_fast::edge_softmax_coo_backward", "").typed<
+        at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::SymInt)>();
+    auto saved = ctx->get_saved_variables();
+    return {op.call(saved[0], grads[0].contiguous(), saved[1], ctx->saved_data["num_nodes"].toSymInt()),
+            at::Tensor(), at::Tensor()};
+  }
+};
+
+CooOutputs edge_softmax_coo_autograd(const at::Tensor& src, const at::Tensor& index, c10::SymInt num_nodes) {
+  if (!(at::GradMode::is_enabled() && src.requires_grad())) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return edge_softmax_coo_op(src, index, std::move(num_nodes));
+  }
+  auto outputs = EdgeSoftmaxCooFunction::apply(src, index, std::move(num_nodes));
+  return {outputs[0], outputs[1]};
+}
+
 }  // namespace
 }  // namespace pyg_fast
 
-TORCH_LIBRARY_IMPL(pyg_fast, Autograd, m) { m.impl("edge_softmax", &pyg_fast::edge_softmax_autograd); }
+TORCH_LIBRARY_IMPL(pyg_fast, Autograd, m) {
+  m.impl("edge_softmax", &pyg_fast::edge_softmax_autograd);
+  m.impl("edge_softmax_coo", &pyg_fast::edge_softmax_coo_autograd);
+}

@@ -24,6 +24,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "coo.cuh"
+
 namespace pyg_fast::cuda {
 
 constexpr int kSoftmaxThreadsPerBlock = 256;
@@ -261,6 +263,51 @@ __global__ void edge_softmax_thread_kernel(Policy p, const int64_t* __restrict__
   auto st = p.identity();
   fold_range(p, st, lo * heads + h, hi * heads, heads);
   store_range(p, st, lo * heads + h, hi * heads, heads);
+}
+
+// The COO softmax (edge_softmax_coo): edges in any order, one thread per (edge, head) value and
+// three passes, the maxima and sums per destination with atomics into acc [V, H] buffers. An edge
+// whose index is out of [0, V) is skipped (its output 0) and raises flags[0].
+enum class CooPass { Max, Sum, Write };
+
+template <typename scalar_t, typename acc_t, CooPass PASS>
+__global__ void edge_softmax_coo_kernel(const scalar_t* __restrict__ src, const int64_t* __restrict__ index,
+                                        int64_t num_values, int heads, int64_t num_nodes, acc_t* __restrict__ max,
+                                        acc_t* __restrict__ sum, scalar_t* __restrict__ out,
+                                        int64_t* __restrict__ flags) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < num_values;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t slot = coo_slot(index, i, heads, num_nodes);
+    const bool ok = slot >= 0;
+    if constexpr (PASS == CooPass::Max) {
+      if (ok) atomic_max_value(max + slot, static_cast<acc_t>(src[i]));
+      else flags[0] = 1;
+    } else if constexpr (PASS == CooPass::Sum) {
+      if (ok) atomicAdd(sum + slot, exp(static_cast<acc_t>(src[i]) - max[slot]));
+    } else {
+      out[i] = ok ? static_cast<scalar_t>(exp(static_cast<acc_t>(src[i]) - max[slot]) / (sum[slot] + acc_t(1e-16)))
+                  : scalar_t(0);
+    }
+  }
+}
+
+// Its backward: dot[d, h] = sum of out * grad over the edges of d, then grad_src = out * (grad - dot).
+template <typename scalar_t, typename acc_t, bool WRITE>
+__global__ void edge_softmax_coo_backward_kernel(const scalar_t* __restrict__ out, const scalar_t* __restrict__ grad,
+                                                 const int64_t* __restrict__ index, int64_t num_values, int heads,
+                                                 int64_t num_nodes, acc_t* __restrict__ dot,
+                                                 scalar_t* __restrict__ grad_src) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < num_values;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t slot = coo_slot(index, i, heads, num_nodes);
+    const bool ok = slot >= 0;
+    const acc_t y = static_cast<acc_t>(out[i]), g = static_cast<acc_t>(grad[i]);
+    if constexpr (!WRITE) {
+      if (ok) atomicAdd(dot + slot, y * g);
+    } else {
+      grad_src[i] = ok ? static_cast<scalar_t>(y * (g - dot[slot])) : scalar_t(0);
+    }
+  }
 }
 
 }  // namespace pyg_fast::cuda

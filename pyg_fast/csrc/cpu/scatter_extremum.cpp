@@ -1,0 +1,58 @@
+// CPU kernel of scatter_extremum: one pass over the rows (their segments come in any order).
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/zeros.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <limits>
+#include <tuple>
+#include <vector>
+
+#include "../ops/scatter_extremum.h"
+
+namespace pyg_fast::cpu {
+namespace {
+
+std::tuple<at::Tensor, at::Tensor> scatter_extremum(const at::Tensor& src, const at::Tensor& index, int64_t num_rows,
+                                                    bool is_max) {
+  check_scatter_extremum_args(src, index, num_rows);
+  const int64_t E = src.size(0), F = src.size(1), V = num_rows;
+  auto out = at::zeros({V, F}, src.options());
+  auto flags = at::zeros({1}, index.options());
+  const at::Tensor values = src.contiguous();
+  const int64_t* d = index.const_data_ptr<int64_t>();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "scatter_extremum", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const scalar_t* s = values.const_data_ptr<scalar_t>();
+    const acc_t start = is_max ? -std::numeric_limits<acc_t>::infinity() : std::numeric_limits<acc_t>::infinity();
+    std::vector<acc_t> acc(V * F, start);
+    std::vector<char> seen(V, 0);
+    bool bad = false;
+    for (int64_t e = 0; e < E; ++e) {
+      if (d[e] < 0 || d[e] >= V) {
+        bad = true;
+        continue;
+      }
+      seen[d[e]] = 1;
+      acc_t* row = acc.data() + d[e] * F;
+      for (int64_t f = 0; f < F; ++f) {
+        const acc_t v = static_cast<acc_t>(s[e * F + f]);
+        row[f] = is_max ? std::max(row[f], v) : std::min(row[f], v);
+      }
+    }
+    scalar_t* o = out.mutable_data_ptr<scalar_t>();
+    for (int64_t r = 0; r < V; ++r)
+      if (seen[r])
+        for (int64_t f = 0; f < F; ++f) o[r * F + f] = static_cast<scalar_t>(acc[r * F + f]);
+    if (bad) flags.fill_(1);
+  });
+  return {out, flags};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(pyg_fast, CPU, m) { m.impl("scatter_extremum", &scatter_extremum); }
+
+}  // namespace pyg_fast::cpu
