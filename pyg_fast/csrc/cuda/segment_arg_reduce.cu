@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <tuple>
+#include <utility>
 
 #include "../ops/segment_arg_reduce.h"
 #include "kernels/scatter_arg.cuh"  // arg_feature_lanes
@@ -17,17 +18,30 @@
 namespace pyg_fast::cuda {
 namespace {
 
-// One pass of the row runs, with or without a permutation.
-template <ArgReduce R, ArgRowsPass P, typename scalar_t>
+// One pass of the row runs, with or without a permutation, kVec features a load.
+template <ArgReduce R, ArgRowsPass P, int kVec, typename scalar_t>
 void launch_rows(dim3 grid, dim3 block, cudaStream_t stream, const scalar_t* src, const int64_t* ptr,
                  const int64_t* perm, int64_t B, int64_t E, int64_t V, int64_t F, unsigned long long* keys,
                  unsigned long long* arg, scalar_t* out) {
   if (perm) {
-    segment_arg_rows_kernel<R, P, true, scalar_t><<<grid, block, 0, stream>>>(src, ptr, perm, B, E, V, F, keys, arg, out);
+    segment_arg_rows_kernel<R, P, true, kVec, scalar_t>
+        <<<grid, block, 0, stream>>>(src, ptr, perm, B, E, V, F, keys, arg, out);
   } else {
-    segment_arg_rows_kernel<R, P, false, scalar_t><<<grid, block, 0, stream>>>(src, ptr, perm, B, E, V, F, keys, arg, out);
+    segment_arg_rows_kernel<R, P, false, kVec, scalar_t>
+        <<<grid, block, 0, stream>>>(src, ptr, perm, B, E, V, F, keys, arg, out);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// The grid of a pass over [B, E, F] taking vec features a thread.
+std::pair<dim3, dim3> rows_grid(int64_t B, int64_t E, int64_t F, int vec) {
+  const int64_t groups = F / vec;
+  const int lanes = arg_feature_lanes(groups);
+  const dim3 block(lanes, kArgRowsThreads / lanes);
+  const int64_t runs_per_block = static_cast<int64_t>(block.y) * kArgRowsPerThread;
+  return {dim3(static_cast<unsigned>((E + runs_per_block - 1) / runs_per_block),
+               static_cast<unsigned>((groups + lanes - 1) / lanes), static_cast<unsigned>(std::min<int64_t>(B, 65535))),
+          block};
 }
 
 std::tuple<at::Tensor, at::Tensor> segment_arg_reduce(const at::Tensor& src, const at::Tensor& ptr,
@@ -45,11 +59,9 @@ std::tuple<at::Tensor, at::Tensor> segment_arg_reduce(const at::Tensor& src, con
     const at::Tensor keys = at::zeros({B, V, F}, ptr.options());
     auto* key_ptr = reinterpret_cast<unsigned long long*>(keys.mutable_data_ptr<int64_t>());
     auto* arg_ptr = reinterpret_cast<unsigned long long*>(arg.mutable_data_ptr<int64_t>());
-    const int lanes = arg_feature_lanes(F);
-    const dim3 block(lanes, kArgRowsThreads / lanes);
-    const int64_t runs_per_block = static_cast<int64_t>(block.y) * kArgRowsPerThread;
-    const dim3 grid(static_cast<unsigned>((E + runs_per_block - 1) / runs_per_block),
-                    static_cast<unsigned>((F + lanes - 1) / lanes), static_cast<unsigned>(std::min<int64_t>(B, 65535)));
+    // four features a load where the rows keep 16-byte (or 8-byte) alignment
+    const bool vectorized = src.element_size() <= 4 && F % 4 == 0 &&
+                            reinterpret_cast<uintptr_t>(src.const_data_ptr()) % (4 * src.element_size()) == 0;
     AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "segment_arg_rows", [&] {
       PF_DISPATCH_ARG_REDUCE(op, [&] {
         if constexpr (R != ArgReduce::Mul) {
@@ -58,10 +70,18 @@ std::tuple<at::Tensor, at::Tensor> segment_arg_reduce(const at::Tensor& src, con
           scalar_t* o = out.mutable_data_ptr<scalar_t>();
           if constexpr (kArgPacks<scalar_t>) {
             if (E < 0xFFFFFFFFll) {  // the row fits the key's low half beside 0xFFFFFFFF - row > 0
-              if (E > 0) launch_rows<R, ArgRowsPass::Packed>(grid, block, stream, s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
-              const int64_t blocks = std::min<int64_t>((out.numel() + 255) / 256, 1 << 20);
-              segment_arg_rows_unpack_kernel<scalar_t><<<blocks, 256, 0, stream>>>(
-                  s, key_ptr, out.numel(), E, V * F, F, o, arg.mutable_data_ptr<int64_t>());
+              if (E > 0) {
+                const auto [grid, block] = rows_grid(B, E, F, vectorized ? 4 : 1);
+                if (vectorized) {
+                  launch_rows<R, ArgRowsPass::Packed, 4>(grid, block, stream, s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
+                } else {
+                  launch_rows<R, ArgRowsPass::Packed, 1>(grid, block, stream, s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
+                }
+              }
+              const dim3 grid(static_cast<unsigned>(std::min<int64_t>((V * F + 255) / 256, 1 << 20)),
+                              static_cast<unsigned>(std::min<int64_t>(B, 65535)));
+              segment_arg_rows_unpack_kernel<scalar_t><<<grid, 256, 0, stream>>>(
+                  s, key_ptr, B, E, V * F, F, o, arg.mutable_data_ptr<int64_t>());
               C10_CUDA_KERNEL_LAUNCH_CHECK();
               return;
             }
@@ -69,8 +89,9 @@ std::tuple<at::Tensor, at::Tensor> segment_arg_reduce(const at::Tensor& src, con
           out.zero_();
           arg.fill_(E);
           if (E > 0) {
-            launch_rows<R, ArgRowsPass::Keys>(grid, block, stream, s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
-            launch_rows<R, ArgRowsPass::FindRow>(grid, block, stream, s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
+            const auto [grid, block] = rows_grid(B, E, F, 1);
+            launch_rows<R, ArgRowsPass::Keys, 1>(grid, block, stream, s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
+            launch_rows<R, ArgRowsPass::FindRow, 1>(grid, block, stream, s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
           }
         }
       });
