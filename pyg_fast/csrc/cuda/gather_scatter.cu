@@ -11,19 +11,11 @@
 #include <type_traits>
 
 #include "../ops/gather_scatter.h"
+#include "coo_launch.cuh"
 #include "kernels/gather_scatter.cuh"
 
 namespace pyg_fast::cuda {
 namespace {
-
-// The widest vector (values per load and atomic) that divides a head and meets x's alignment.
-int vector_width(const at::Tensor& x, int64_t head_dim) {
-  const auto address = reinterpret_cast<uintptr_t>(x.const_data_ptr());
-  for (int vec : {4, 2}) {
-    if (head_dim % vec == 0 && address % (vec * x.element_size()) == 0) return vec;
-  }
-  return 1;
-}
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& x,
                                                               const std::optional<at::Tensor>& src_index,
@@ -49,8 +41,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
     auto* count_ptr = mean ? reinterpret_cast<unsigned long long*>(count.mutable_data_ptr<int64_t>()) : nullptr;
     if (E > 0 && (F > 0 || mean)) {
       const int vec = vector_width(x, F / H);
-      int lanes_log2 = 0;  // threads per edge: enough for the row in one step, at most a warp
-      while (lanes_log2 < 5 && (int64_t{vec} << lanes_log2) < F) ++lanes_log2;
+      const int lanes_log2 = row_lanes_log2(F, vec);
       const int64_t blocks = ((E << lanes_log2) + kGatherScatterThreads - 1) / kGatherScatterThreads;
       const scalar_t* w = weight ? weight->const_data_ptr<scalar_t>() : nullptr;
       const auto launch = [&](auto vec_constant, auto weighted) {
@@ -80,11 +71,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
     if (F == 0) {  // nothing to divide: the counts only
       if (mean) divisor.copy_(count.clamp_min(1));
     } else if ((!kDirect || mean) && V > 0) {
-      int width = 1;  // threads along a row: its features, up to a block of 256
-      while (width < F && width < 256) width <<= 1;
-      const dim3 threads(width, 256 / width);
-      const int64_t blocks = std::min<int64_t>((V + threads.y - 1) / threads.y, int64_t{1} << 20);
-      gather_scatter_finish_kernel<scalar_t, acc_t><<<blocks, threads, 0, stream>>>(
+      const RowsGrid grid = rows_grid(V, F);
+      gather_scatter_finish_kernel<scalar_t, acc_t><<<grid.blocks, grid.threads, 0, stream>>>(
           acc.const_data_ptr<acc_t>(), count_ptr, V, F, out.mutable_data_ptr<scalar_t>(),
           mean ? divisor.mutable_data_ptr<scalar_t>() : nullptr);
       C10_CUDA_KERNEL_LAUNCH_CHECK();

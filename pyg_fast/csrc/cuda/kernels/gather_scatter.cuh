@@ -72,9 +72,7 @@ __global__ void __launch_bounds__(kGatherScatterThreads) gather_scatter_kernel(
 
 // out[r, f] = acc[r, f] / divisor[r] in scalar_t, with divisor[r] = max(count[r], 1) where
 // `count` is given (a mean; divisor written once per row), else 1. acc may be out itself. Threads
-// x run along a row's features and threads y over rows, so no value pays a 64-bit division for its
-// row (a flat loop's i / F and i % F: 0.066 against 0.056 ms for 169 k rows of 64, 0.018 against
-// 0.012 ms at 16, H200).
+// x along a row's features, threads y over rows (rows_grid in coo_launch.cuh).
 template <typename scalar_t, typename acc_t>
 __global__ void gather_scatter_finish_kernel(const acc_t* acc, const unsigned long long* __restrict__ count, int64_t num_rows,
                                              int64_t features, scalar_t* out, scalar_t* __restrict__ divisor) {

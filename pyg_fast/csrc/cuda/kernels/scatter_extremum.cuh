@@ -4,38 +4,54 @@
 #include <cstdint>
 
 #include "coo.cuh"
+#include "segment_common.cuh"
 
 namespace pyg_fast::cuda {
 
 constexpr int kScatterExtremumThreads = 256;
 
-// One thread per value: acc[index[e], f] = max (min) with src[e, f], and seen[index[e]] = 1; a row
-// whose index is out of range is skipped and raises flags[0].
-template <typename scalar_t, typename acc_t, bool IS_MAX>
-__global__ void scatter_extremum_kernel(const scalar_t* __restrict__ src, const int64_t* __restrict__ index,
-                                        int64_t num_values, int64_t features, int64_t num_rows,
-                                        acc_t* __restrict__ acc, int* __restrict__ seen, int64_t* __restrict__ flags) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < num_values;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t slot = coo_slot(index, i, features, num_rows);
-    if (slot < 0) {
-      flags[0] = 1;
-      continue;
+// 2^lanes_log2 threads per row of src, VEC values each per step: acc[index[e]] = max (min) with
+// src[e], and seen[index[e]] = 1. A row whose index is out of range is skipped and raises flags[0].
+// A thread per row and lane rather than per value: the index is read once per row and no value
+// pays a 64-bit division for its row and feature.
+template <typename scalar_t, typename acc_t, int VEC, bool IS_MAX>
+__global__ void __launch_bounds__(kScatterExtremumThreads) scatter_extremum_kernel(
+    const scalar_t* __restrict__ src, const int64_t* __restrict__ index, int64_t num_src_rows, int64_t features,
+    int64_t num_rows, int lanes_log2, acc_t* __restrict__ acc, int64_t* __restrict__ seen, int64_t* __restrict__ flags) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t e = t >> lanes_log2;
+  if (e >= num_src_rows) return;
+  const int lane = static_cast<int>(t & ((int64_t{1} << lanes_log2) - 1));
+  const int64_t d = index[e];
+  if (static_cast<uint64_t>(d) >= static_cast<uint64_t>(num_rows)) {
+    if (lane == 0) flags[0] = 1;
+    return;
+  }
+  if (lane == 0) seen[d] = 1;
+  const scalar_t* row = src + e * features;
+  acc_t* target = acc + d * features;
+  for (int64_t f = static_cast<int64_t>(lane) * VEC; f < features; f += static_cast<int64_t>(VEC) << lanes_log2) {
+    const Vec<scalar_t, VEC> v = *reinterpret_cast<const Vec<scalar_t, VEC>*>(row + f);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      if constexpr (IS_MAX) atomic_max_value(target + f + k, static_cast<acc_t>(v.v[k]));
+      else atomic_min_value(target + f + k, static_cast<acc_t>(v.v[k]));
     }
-    const acc_t v = static_cast<acc_t>(src[i]);
-    if constexpr (IS_MAX) atomic_max_value(acc + slot, v);
-    else atomic_min_value(acc + slot, v);
-    if (slot % features == 0) seen[slot / features] = 1;
   }
 }
 
-// out[r, f] = acc[r, f] where segment r has a row, else 0.
+// out[r, f] = acc[r, f] where segment r has a row, else 0. Threads x along a row's features,
+// threads y over rows (rows_grid in coo_launch.cuh).
 template <typename scalar_t, typename acc_t>
-__global__ void scatter_extremum_finish_kernel(const acc_t* __restrict__ acc, const int* __restrict__ seen,
-                                               int64_t num_values, int64_t features, scalar_t* __restrict__ out) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < num_values;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = seen[i / features] ? static_cast<scalar_t>(acc[i]) : scalar_t(0);
+__global__ void scatter_extremum_finish_kernel(const acc_t* __restrict__ acc, const int64_t* __restrict__ seen,
+                                               int64_t num_rows, int64_t features, scalar_t* __restrict__ out) {
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; r < num_rows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.y) {
+    const bool has_rows = seen[r] != 0;
+    const int64_t base = r * features;
+    for (int64_t f = threadIdx.x; f < features; f += blockDim.x)
+      out[base + f] = has_rows ? static_cast<scalar_t>(acc[base + f]) : scalar_t(0);
+  }
 }
 
 }  // namespace pyg_fast::cuda
