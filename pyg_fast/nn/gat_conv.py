@@ -11,7 +11,7 @@ from torch_geometric.utils import add_self_loops, remove_self_loops
 from pyg_fast.nn import _graph
 from pyg_fast.nn._fused import FusedLayer
 from pyg_fast.ops import _layout
-from pyg_fast.ops._kernels import coo_route, edge_softmax_coo, gather_rows, gather_scatter, reduce_csr, run
+from pyg_fast.ops._kernels import coo_reported, coo_route, gather_rows, gather_scatter, reduce_csr, run
 from pyg_fast.ops.segment_reduce import segment_reduce
 
 # fill_value reductions of PyG's add_self_loops that run without the loops' count on the host
@@ -129,7 +129,8 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
         alpha = F.leaky_relu(alpha, self.negative_slope)
         if is_loop is not None:
             alpha = alpha.masked_fill(is_loop.unsqueeze(1), torch.finfo(alpha.dtype).min)
-        alpha = edge_softmax_coo(alpha, dst, num_dst, names.split("|")[2], names.split("|")[3])
+        _, _, dst_name, dst_size_name = names.split("|")
+        alpha = coo_reported(torch.ops.pyg_fast.edge_softmax_coo, alpha, dst, num_dst, dst_name, dst_size_name)
         alpha = F.dropout(alpha, p=self.dropout, training=self.training)
         return gather_scatter(h_src, src, dst, alpha, num_dst, "sum", names, edge_index)
 

@@ -379,19 +379,11 @@ def _(src, index, num_rows, is_max):
     return src.new_empty(num_rows, src.size(1)), index.new_empty(1)
 
 
-def scatter_extremum(src2: Tensor, index: Tensor, num_rows: int, reduce: str, name: str, size_name: str) -> Tensor:
-    """``pyg_fast::scatter_extremum``: the max or min (``reduce``) of the rows of ``src2`` [E, F]
-    per segment of the int64 ``index`` (any order), with no grouping (see :func:`coo_route`). An
-    index out of range is reported (eager mode, every call: its rows were skipped)."""
-    out, flags = run(torch.ops.pyg_fast.scatter_extremum, src2.contiguous(), index, num_rows, reduce == "max")
-    _deferred.report(flags, [_layout.range_message(name, num_rows, size_name)])
-    return out
-
-
-def edge_softmax_coo(src2: Tensor, index: Tensor, num_nodes: int, name: str, size_name: str) -> Tensor:
-    """``pyg_fast::edge_softmax_coo`` of ``src2`` [E, H] over the int64 ``index`` (any order): the
-    softmax of a graph's first uses, with no grouping (see :func:`coo_route`). An index out of range
-    is reported (eager mode, every call: its edges got 0)."""
-    out, flags = run(torch.ops.pyg_fast.edge_softmax_coo, src2.contiguous(), index, num_nodes)
-    _deferred.report(flags, [_layout.range_message(name, num_nodes, size_name)])
+def coo_reported(op, src2: Tensor, index: Tensor, size: int, name: str, size_name: str, *args) -> Tensor:
+    """``op(src2, index, size, *args)`` for a COO op that returns ``(out, flags)``
+    (``pyg_fast::scatter_extremum``, ``pyg_fast::edge_softmax_coo``: rows or edges of ``src2`` in
+    any order over the int64 ``index``, no grouping; see :func:`coo_route`): ``out``, with an
+    index out of ``[0, size)`` reported (eager mode, every call: its rows were skipped)."""
+    out, flags = run(op, src2.contiguous(), index, size, *args)
+    _deferred.report(flags, [_layout.range_message(name, size, size_name)])
     return out

@@ -6,7 +6,7 @@ from torch import Tensor
 
 from pyg_fast.ops import _layout
 from pyg_fast.ops._checks import check_dim, check_float, check_index_tensor
-from pyg_fast.ops._kernels import coo_route, edge_softmax_coo, gather_rows, run
+from pyg_fast.ops._kernels import coo_reported, coo_route, gather_rows, run
 
 
 def edge_softmax(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
@@ -35,7 +35,8 @@ def edge_softmax(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tens
         check_index_tensor(index, "index", num_edges, src.device)
         index = _layout.as_long(index)
         if _layout.eager(index) and coo_route(index, ("edge_softmax", num_nodes), src2.numel()):
-            return edge_softmax_coo(src2, index, num_nodes, "index", "num_nodes").view(moved.shape).movedim(0, dim)
+            out2 = coo_reported(torch.ops.pyg_fast.edge_softmax_coo, src2, index, num_nodes, "index", "num_nodes")
+            return out2.view(moved.shape).movedim(0, dim)
     layout, _ = _layout.segments(index, ptr, src, dim, num_nodes, size_name="num_nodes")
     if layout.perm is None:
         out2 = run(torch.ops.pyg_fast.edge_softmax, src2.contiguous(), layout.ptr, 0)

@@ -2,11 +2,12 @@
 import math
 from typing import Optional
 
+import torch
 from torch import Tensor
 
 from pyg_fast.ops import _layout
 from pyg_fast.ops._checks import check_dim, check_float, check_index_tensor, check_reduce
-from pyg_fast.ops._kernels import COO_REDUCES, coo_route, gather_scatter, reduce_rows, scatter_extremum
+from pyg_fast.ops._kernels import COO_REDUCES, coo_reported, coo_route, gather_scatter, reduce_rows
 
 
 def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
@@ -61,7 +62,8 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
                 out = gather_scatter(src3[0], None, index, None, dim_size, reduce,
                                      "src|src.size(dim)|index|dim_size", index)
             else:
-                out = scatter_extremum(src3[0], index, dim_size, reduce, "index", "dim_size")
+                out = coo_reported(torch.ops.pyg_fast.scatter_extremum, src3[0], index, dim_size, "index", "dim_size",
+                                   reduce == "max")
             return out.view(shape)
     layout, dim_size = _layout.segments(index, ptr, src, dim, dim_size, is_sorted=sorted)
     shape[dim] = dim_size

@@ -142,7 +142,6 @@ def test_minus_infinity_entries_weigh_nothing(device):
     assert not torch.isnan(out).any()
 
 
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_first_uses_take_no_grouping_then_the_grouped_kernel(device, dtype, route):

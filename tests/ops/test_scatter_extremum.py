@@ -5,7 +5,6 @@ import pyg_fast
 from pyg_fast.testing import DEVICES, DTYPES, PygFastOps, assert_close, scatter_reference
 
 
-
 def tied_rows(num_rows, num_features, device, dtype):
     """Rows of few distinct values, so that segments hold ties; never 0, which the reference's
     zero-filled start would count as a tie of its own."""
