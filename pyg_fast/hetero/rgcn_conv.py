@@ -37,10 +37,9 @@ class RelationSlice(TensorSlice):
         if edge_type.numel() != src.numel():
             raise ValueError(f"pyg_fast: 'edge_type' has {edge_type.numel()} entries but there are "
                              f"{src.numel()} edges")
-        edge_type = _layout.checked_index(edge_type, _layout.rows_of(num_relations, dst.device), 0, "edge_type",
-                                          "num_relations")
-        dst = _layout.checked_index(dst, _layout.rows_of(num_dst, dst.device), 0, "edge_index[1]",
-                                    "the number of target nodes")
+        edge_type, dst = _layout.checked_indices(
+            (edge_type, _layout.rows_of(num_relations, dst.device), 0, "edge_type", "num_relations"),
+            (dst, _layout.rows_of(num_dst, dst.device), 0, "edge_index[1]", "the number of target nodes"))
         key = edge_type * num_dst + dst
         sorted_key, perm = torch.sort(key, stable=True)
         pairs, counts = torch.unique_consecutive(sorted_key, return_counts=True)

@@ -250,9 +250,10 @@ def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, w
         # time each on an H200 host). The report's zero is added to the output so that no pass
         # drops it (an op whose output nothing reads is removed, side effects or not).
         num_src = x2.size(0)
-        dst_out = _layout.out_of_range(dst_index, num_rows)
-        src_out = dst_out.new_zeros(()) if src_index is None else _layout.out_of_range(src_index, num_src)
-        checked = torch.stack([src_out, dst_out]).long()
+        if src_index is None:  # no source to check: its flag stays 0
+            checked = torch.nn.functional.pad(_layout.range_flags([dst_index], [num_rows]), (1, 0))
+        else:
+            checked = _layout.range_flags([src_index, dst_index], [num_src, num_rows])
         return out + _report_range(checked, names, num_src, num_rows, owner)
     if _first_report(src_index, dst_index, (num_rows, x2.size(0), names)):
         _report_flags(flags, names, x2.size(0), num_rows)  # the op's body: no dispatcher round trip
@@ -372,6 +373,11 @@ def _(src, index, num_nodes):
 @torch.library.register_fake("pyg_fast::edge_softmax_coo_backward")
 def _(out, grad_out, index, num_nodes):
     return torch.empty_like(out)
+
+
+@torch.library.register_fake("pyg_fast::index_range_flags")
+def _(indices, sizes):
+    return indices[0].new_empty(len(indices))
 
 
 @torch.library.register_fake("pyg_fast::scatter_extremum")

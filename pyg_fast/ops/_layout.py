@@ -131,12 +131,10 @@ def as_long(index: Tensor) -> Tensor:
 
 
 # The preparation ops ---------------------------------------------------------------------------
-def out_of_range(index: Tensor, size) -> Tensor:
-    """0-d: whether some value of ``index`` lies outside [0, size)."""
-    if index.numel() == 0:
-        return torch.zeros((), dtype=torch.bool, device=index.device)
-    lo, hi = torch.aminmax(index)
-    return (lo < 0) | (hi >= size)
+def range_flags(indices: Sequence[Tensor], sizes: Sequence) -> Tensor:
+    """int64 [len(indices)]: 1 where some value of the contiguous int64 ``indices[i]`` lies
+    outside [0, sizes[i]) (``pyg_fast::index_range_flags``: one launch for all of them)."""
+    return torch.ops.pyg_fast.index_range_flags(list(indices), list(sizes))
 
 
 def range_message(name: str, size, size_name: str) -> _deferred.Message:
@@ -232,7 +230,7 @@ def _(index, num_segments, is_sorted, src, src_bound, names, owner=None, with_pe
 
 
 def _check_range(index: Tensor, size: int, name: str, size_name: str) -> None:
-    _deferred.report(out_of_range(index, size).reshape(1).long(), [range_message(name, size, size_name)])
+    _deferred.report(range_flags([index], [size]), [range_message(name, size, size_name)])
 
 
 @torch.library.custom_op("pyg_fast::checked_index", mutates_args=())
@@ -290,15 +288,32 @@ class SegmentLayout(NamedTuple):
 
 
 def checked_index(index: Tensor, bound: Tensor, dim: int, name: str, size_name: str) -> Tensor:
-    """``index`` as int64, its values checked to lie in [0, bound.size(dim)) (once per index in
-    eager mode, where the check runs without the op's dispatch and copy: 70 of a fresh SDDMM
-    call's 370 us on a CPU host went to each of its two index checks)."""
-    index = as_long(index)
-    key = ("checked", bound.size(dim), name)
-    if eager(index):  # the cache keeps a flag: the index itself would keep its own entry alive
-        cached(index, key, lambda: _check_range(index, bound.size(dim), name, size_name) or True)
-        return index
-    return _checked_index(index, bound.detach(), dim, name, size_name)
+    """``index`` as int64, its values checked to lie in [0, bound.size(dim)) (see
+    :func:`checked_indices`)."""
+    return checked_indices((index, bound, dim, name, size_name))[0]
+
+
+def checked_indices(*checks: Tuple[Tensor, Tensor, int, str, str]) -> List[Tensor]:
+    """For each ``(index, bound, dim, name, size_name)``: ``index`` as int64, its values checked to
+    lie in [0, bound.size(dim)). In eager mode each index is checked once (a flag cached with it),
+    the unchecked ones of a call in one op call and one report (a fresh SDDMM's two checks took
+    10 launches and two flag copies as aminmax and comparisons); where recorded, through the
+    ``pyg_fast::checked_index`` op each, whose body does the same."""
+    indices = [as_long(check[0]) for check in checks]
+    if not eager(*indices):
+        return [_checked_index(index, bound.detach(), dim, name, size_name)
+                for index, (_, bound, dim, name, size_name) in zip(indices, checks)]
+    # the cache keeps a flag, not the index: the index itself would keep its own entry alive
+    marks = [cached(index, ("checked", bound.size(dim), name), lambda: [False])
+             for index, (_, bound, dim, name, _) in zip(indices, checks)]
+    pending = [k for k, mark in enumerate(marks) if not mark[0]]
+    if pending:
+        sizes = [checks[k][1].size(checks[k][2]) for k in pending]
+        _deferred.report(range_flags([indices[k] for k in pending], sizes),
+                         [range_message(checks[k][3], size, checks[k][4]) for k, size in zip(pending, sizes)])
+        for k in pending:
+            marks[k][0] = True
+    return indices
 
 
 def coo_layout(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None, name: str = "index",

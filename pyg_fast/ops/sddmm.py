@@ -34,8 +34,8 @@ def sddmm(a: Tensor, b: Tensor, a_index: Tensor, b_index: Tensor, op: str = "dot
     check_index_tensor(a_index, "a_index", None, a.device)
     check_index_tensor(b_index, "b_index", a_index.numel(), a.device,
                        mismatch="'b_index' has {got} entries but 'a_index' has {expected}")
-    a_index = _layout.checked_index(a_index, a, 0, "a_index", "a.size(0)")
-    b_index = _layout.checked_index(b_index, b, 0, "b_index", "b.size(0)")
+    a_index, b_index = _layout.checked_indices((a_index, a, 0, "a_index", "a.size(0)"),
+                                               (b_index, b, 0, "b_index", "b.size(0)"))
     heads = a.dim() == 3
     a3 = a if heads else a.unsqueeze(1)
     b3 = b if heads else b.unsqueeze(1)

@@ -1,13 +1,36 @@
-// Launch shape shared by the CUDA bindings of the kernels that reduce rows in any order
-// (gather_scatter, scatter_extremum): 2^lanes_log2 threads per row, VEC values each per step.
+// What the CUDA bindings of the kernels that read an index in any order share (gather_scatter,
+// scatter_extremum, the COO edge softmax, the index range check): launch shapes (2^lanes_log2
+// threads per row, VEC values each per step; grid-stride passes) and zeroed buffers for their
+// atomics and flags.
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAException.h>
 
 #include <algorithm>
 #include <cstdint>
 
 namespace pyg_fast::cuda {
+
+constexpr int kCooThreads = 256;
+
+// Blocks of kCooThreads for a grid-stride pass over `values`: a few waves at most.
+inline int64_t coo_blocks(int64_t values) {
+  const int64_t resident = at::cuda::getCurrentDeviceProperties()->multiProcessorCount * 8;
+  return std::max<int64_t>(1, std::min((values + kCooThreads - 1) / kCooThreads, resident));
+}
+
+// A zeroed buffer for atomics or flags, by a memset on the current stream rather than at::zeros'
+// fill kernel (TensorIterator's setup and a launch, host time that a fresh graph's ops pay per call).
+inline at::Tensor zeros_async(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  at::Tensor zeroed = at::empty(sizes, options);
+  if (zeroed.numel() > 0) {
+    C10_CUDA_CHECK(cudaMemsetAsync(zeroed.mutable_data_ptr(), 0, zeroed.nbytes(), at::cuda::getCurrentCUDAStream()));
+  }
+  return zeroed;
+}
 
 // The widest vector (values per load) that divides a head and meets x's alignment.
 inline int vector_width(const at::Tensor& x, int64_t head_dim) {

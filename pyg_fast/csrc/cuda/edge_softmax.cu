@@ -5,7 +5,6 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/full.h>
-#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -16,6 +15,7 @@
 #include <type_traits>
 
 #include "../ops/edge_softmax.h"
+#include "coo_launch.cuh"
 #include "kernels/edge_softmax.cuh"
 
 namespace pyg_fast::cuda {
@@ -98,19 +98,11 @@ at::Tensor edge_softmax_backward(const at::Tensor& out, const at::Tensor& grad_o
   return grad_src;
 }
 
-constexpr int kCooThreads = 256;
-
-// Blocks for a grid-stride pass over `values`: a few waves at most.
-int64_t coo_blocks(int64_t values) {
-  const int64_t resident = at::cuda::getCurrentDeviceProperties()->multiProcessorCount * 8;
-  return std::max<int64_t>(1, std::min(blocks_for(values, kCooThreads), resident));
-}
-
 std::tuple<at::Tensor, at::Tensor> edge_softmax_coo(const at::Tensor& src, const at::Tensor& index, int64_t num_nodes) {
   check_edge_softmax_coo_args(src, index, num_nodes);
   const c10::cuda::CUDAGuard guard(src.device());
   auto out = at::empty_like(src);
-  auto flags = at::zeros({1}, index.options());
+  auto flags = zeros_async({1}, index.options());
   const int64_t E = src.size(0), H = src.size(1), V = num_nodes, n = E * H;
   if (n == 0) return {out, flags};
   auto stream = at::cuda::getCurrentCUDAStream();
@@ -118,7 +110,7 @@ std::tuple<at::Tensor, at::Tensor> edge_softmax_coo(const at::Tensor& src, const
     using acc_t = at::opmath_type<scalar_t>;
     const auto acc = src.options().dtype(c10::CppTypeToScalarType<acc_t>::value);
     auto max = at::full({std::max<int64_t>(V, 1), H}, -std::numeric_limits<acc_t>::infinity(), acc);
-    auto sum = at::zeros({std::max<int64_t>(V, 1), H}, acc);
+    auto sum = zeros_async({std::max<int64_t>(V, 1), H}, acc);
     auto pass = [&](auto pass_tag) {
       edge_softmax_coo_kernel<scalar_t, acc_t, decltype(pass_tag)::value><<<coo_blocks(n), kCooThreads, 0, stream>>>(
           src.const_data_ptr<scalar_t>(), index.const_data_ptr<int64_t>(), n, static_cast<int>(H), V,
@@ -143,7 +135,7 @@ at::Tensor edge_softmax_coo_backward(const at::Tensor& out, const at::Tensor& gr
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "edge_softmax_coo_backward_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    auto dot = at::zeros({std::max<int64_t>(V, 1), H}, out.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
+    auto dot = zeros_async({std::max<int64_t>(V, 1), H}, out.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
     const scalar_t *y = out.const_data_ptr<scalar_t>(), *g = grad_out.const_data_ptr<scalar_t>();
     const int64_t* d = index.const_data_ptr<int64_t>();
     edge_softmax_coo_backward_kernel<scalar_t, acc_t, false><<<coo_blocks(n), kCooThreads, 0, stream>>>(

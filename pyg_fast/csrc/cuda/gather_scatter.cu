@@ -1,7 +1,6 @@
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
@@ -28,7 +27,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
   const int64_t H = weight ? weight->size(1) : 1;
   const auto stream = c10::cuda::getCurrentCUDAStream();
   // The flags and a mean's edge counts share one zero fill (one launch less a call).
-  const at::Tensor zeroed = at::zeros({2 + (mean ? V : 0)}, dst_index.options());
+  const at::Tensor zeroed = zeros_async({2 + (mean ? V : 0)}, dst_index.options());
   const at::Tensor flags = zeroed.narrow(0, 0, 2);
   auto divisor = at::empty({mean ? V : 0}, x.options());
   at::Tensor result;
@@ -36,7 +35,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
     using acc_t = at::opmath_type<scalar_t>;
     constexpr bool kDirect = std::is_same_v<scalar_t, acc_t>;  // float, double: no separate sum
     const auto acc_options = x.options().dtype(c10::CppTypeToScalarType<acc_t>::value);
-    at::Tensor acc = at::zeros({V, F}, acc_options);
+    at::Tensor acc = zeros_async({V, F}, acc_options);
     const at::Tensor count = zeroed.narrow(0, 2, mean ? V : 0);
     auto* count_ptr = mean ? reinterpret_cast<unsigned long long*>(count.mutable_data_ptr<int64_t>()) : nullptr;
     if (E > 0 && (F > 0 || mean)) {

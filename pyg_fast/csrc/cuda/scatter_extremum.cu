@@ -5,7 +5,6 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
-#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -29,7 +28,7 @@ std::tuple<at::Tensor, at::Tensor> scatter_extremum(const at::Tensor& src, const
   const int64_t E = src.size(0), F = src.size(1), V = num_rows;
   auto out = at::empty({V, F}, src.options());
   // The flag and the segments' seen marks share one zero fill (one launch less a call).
-  const at::Tensor zeroed = at::zeros({1 + V}, index.options());
+  const at::Tensor zeroed = zeros_async({1 + V}, index.options());
   const at::Tensor flags = zeroed.narrow(0, 0, 1);
   if (out.numel() == 0) {  // still report an index out of range
     if (E > 0 && V == 0) flags.fill_(1);
