@@ -17,30 +17,44 @@ __device__ __forceinline__ int64_t coo_slot(const int64_t* __restrict__ index, i
 // On the value's bits: as a signed integer they order the floats without a sign bit, as an unsigned
 // one they order those with it in reverse (so a buffer may start at -inf for a maximum, +inf for a
 // minimum). The sign bit, not v >= 0, picks the order: -0.0's bits are INT_MIN as a signed integer.
-// A value that does not beat what a plain load reads is dropped without an atomic: the buffer only
-// moves one way, so a stale read errs towards the atomic; NaN compares false and takes it.
-__device__ __forceinline__ void atomic_max_value(float* p, float v) {
-  if (*p >= v) return;
-  if (!signbit(v)) atomicMax(reinterpret_cast<int*>(p), __float_as_int(v));
-  else atomicMin(reinterpret_cast<unsigned*>(p), __float_as_uint(v));
+template <bool IS_MAX>
+__device__ __forceinline__ void atomic_extremum(float* p, float v) {
+  const bool positive = !signbit(v);
+  if (IS_MAX == positive) {  // max of a positive, min of a negative: larger bits win as int / as unsigned
+    if (positive) atomicMax(reinterpret_cast<int*>(p), __float_as_int(v));
+    else atomicMax(reinterpret_cast<unsigned*>(p), __float_as_uint(v));
+  } else {
+    if (positive) atomicMin(reinterpret_cast<int*>(p), __float_as_int(v));
+    else atomicMin(reinterpret_cast<unsigned*>(p), __float_as_uint(v));
+  }
 }
 
-__device__ __forceinline__ void atomic_max_value(double* p, double v) {
-  if (*p >= v) return;
-  if (!signbit(v)) atomicMax(reinterpret_cast<long long*>(p), __double_as_longlong(v));
-  else atomicMin(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(__double_as_longlong(v)));
+template <bool IS_MAX>
+__device__ __forceinline__ void atomic_extremum(double* p, double v) {
+  const bool positive = !signbit(v);
+  const long long bits = __double_as_longlong(v);
+  auto* as_signed = reinterpret_cast<long long*>(p);
+  auto* as_unsigned = reinterpret_cast<unsigned long long*>(p);
+  if (IS_MAX == positive) {
+    if (positive) atomicMax(as_signed, bits);
+    else atomicMax(as_unsigned, static_cast<unsigned long long>(bits));
+  } else {
+    if (positive) atomicMin(as_signed, bits);
+    else atomicMin(as_unsigned, static_cast<unsigned long long>(bits));
+  }
 }
 
-__device__ __forceinline__ void atomic_min_value(float* p, float v) {
-  if (*p <= v) return;
-  if (!signbit(v)) atomicMin(reinterpret_cast<int*>(p), __float_as_int(v));
-  else atomicMax(reinterpret_cast<unsigned*>(p), __float_as_uint(v));
+// Whether v may move a buffer that a plain load read as `seen`: a value that does not beat it is
+// dropped without an atomic (the buffer only moves one way, so a stale read errs towards the
+// atomic; NaN compares false and takes it).
+template <bool IS_MAX, typename T>
+__device__ __forceinline__ bool may_move(T seen, T v) {
+  return IS_MAX ? !(seen >= v) : !(seen <= v);
 }
 
-__device__ __forceinline__ void atomic_min_value(double* p, double v) {
-  if (*p <= v) return;
-  if (!signbit(v)) atomicMin(reinterpret_cast<long long*>(p), __double_as_longlong(v));
-  else atomicMax(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(__double_as_longlong(v)));
+template <typename T>
+__device__ __forceinline__ void atomic_max_value(T* p, T v) {
+  if (may_move<true>(*p, v)) atomic_extremum<true>(p, v);
 }
 
 }  // namespace pyg_fast::cuda

@@ -32,10 +32,13 @@ __global__ void __launch_bounds__(kScatterExtremumThreads) scatter_extremum_kern
   acc_t* target = acc + d * features;
   for (int64_t f = static_cast<int64_t>(lane) * VEC; f < features; f += static_cast<int64_t>(VEC) << lanes_log2) {
     const Vec<scalar_t, VEC> v = *reinterpret_cast<const Vec<scalar_t, VEC>*>(row + f);
+    // the targets read as one vector (acc rows start aligned and F % VEC == 0): a scalar load per
+    // value before its atomic serialised the loads behind the branches
+    const Vec<acc_t, VEC> seen_values = *reinterpret_cast<const Vec<acc_t, VEC>*>(target + f);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
-      if constexpr (IS_MAX) atomic_max_value(target + f + k, static_cast<acc_t>(v.v[k]));
-      else atomic_min_value(target + f + k, static_cast<acc_t>(v.v[k]));
+      const auto value = static_cast<acc_t>(v.v[k]);
+      if (may_move<IS_MAX>(seen_values.v[k], value)) atomic_extremum<IS_MAX>(target + f + k, value);
     }
   }
 }
