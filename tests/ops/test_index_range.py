@@ -45,6 +45,8 @@ def test_bad_arguments_raise(device):
         op([index] * 9, [10] * 9)
     with pytest.raises(ValueError, match="2 indices but 1 sizes"):
         op([index, index], [10])
+    with pytest.raises(ValueError, match="negative size"):
+        op([index], [-1])
     with pytest.raises(TypeError, match="int64"):
         op([index.int()], [10])
     with pytest.raises(ValueError, match="contiguous"):

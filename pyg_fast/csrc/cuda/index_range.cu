@@ -24,7 +24,7 @@ at::Tensor index_range_flags(at::TensorList indices, c10::IntArrayRef sizes) {
   for (int k = 0; k < count; ++k) {
     ranges.values[k] = indices[k].const_data_ptr<int64_t>();
     ranges.numel[k] = indices[k].numel();
-    ranges.size[k] = sizes[k] < 0 ? 0 : static_cast<uint64_t>(sizes[k]);
+    ranges.size[k] = static_cast<uint64_t>(sizes[k]);
     most = std::max(most, ranges.numel[k]);
   }
   if (most == 0) return flags;

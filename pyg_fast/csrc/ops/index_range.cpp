@@ -3,7 +3,7 @@
 
 TORCH_LIBRARY_FRAGMENT(pyg_fast, m) {
   // int64 [k] for k indices: flags[i] = 1 where some value of indices[i] lies outside
-  // [0, sizes[i]), else 0. One launch for all k on CUDA (an aminmax and three comparisons per
-  // index took five), read by the host behind the kernels (pyg_fast.ops._deferred).
+  // [0, sizes[i]), else 0. One launch for all k on CUDA (an aminmax and its comparisons took four
+  // per index), read by the host behind the kernels (pyg_fast.ops._deferred).
   m.def("index_range_flags(Tensor[] indices, SymInt[] sizes) -> Tensor");
 }

@@ -17,6 +17,9 @@ inline void check_index_range_args(at::TensorList indices, c10::IntArrayRef size
                  indices.size());
   PF_CHECK_VALUE(indices.size() == sizes.size(), "pyg_fast: index_range_flags got ", indices.size(),
                  " indices but ", sizes.size(), " sizes");
+  for (const int64_t size : sizes) {
+    PF_CHECK_VALUE(size >= 0, "pyg_fast: index_range_flags got a negative size (", size, ")");
+  }
   for (const at::Tensor& index : indices) {
     PF_CHECK_TYPE(index.scalar_type() == at::kLong, "pyg_fast: index_range_flags checks int64 indices, got ",
                   index.scalar_type());
