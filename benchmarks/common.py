@@ -223,16 +223,20 @@ def compiled_apart(net: torch.nn.Module, **options) -> torch.nn.Module:
 def time_interleaved(fns: Dict[str, Callable[[], object]], warmup: float, rep: float, device,
                      rounds: int, contexts: Optional[Dict[str, Callable[[], ContextManager]]] = None
                      ) -> Dict[str, float]:
-    """Median ms of each callable over ``rounds`` alternating rounds (A, B, A, B, ...), each
-    round a ``time_ms`` with a ``rounds``-th of the budget: a drift in the machine's speed over
-    the run (other tenants, clocks) then reaches every callable alike. ``contexts`` (by name):
-    a context entered around each of that callable's rounds, such as ``pyg_fast.patch()``'s
+    """Median ms of each callable over ``rounds`` alternating rounds, the order reversed every
+    other round (A B C, C B A, A B C, ...), each round a ``time_ms`` with a ``rounds``-th of the
+    budget: a drift in the machine's speed over the run (other tenants, clocks) then reaches every
+    callable alike, and so does the place in a round (on the 2-core CPU, PyG's GCN inference on
+    cora with the switch against without read 0.96-0.97x in four rounds of one order, 1.00x as
+    the median of 12 rounds in alternating order). ``contexts`` (by
+    name): a context entered around each of that callable's rounds, such as ``pyg_fast.patch()``'s
     switch, which entered for every call would add its own cost to each."""
     per_round = {name: [] for name in fns}
+    names = list(fns)
     for i in range(rounds):
-        for name, fn in fns.items():
+        for name in names if i % 2 == 0 else names[::-1]:
             with (contexts or {}).get(name, contextlib.nullcontext)():
-                per_round[name].append(time_ms(fn, warmup if i == 0 else 0.0, rep / rounds, device=device))
+                per_round[name].append(time_ms(fns[name], warmup if i == 0 else 0.0, rep / rounds, device=device))
     return {name: statistics.median(times) for name, times in per_round.items()}
 
 
