@@ -229,14 +229,17 @@ def _(index, num_segments, is_sorted, src, src_bound, names, owner=None, with_pe
             index.new_empty(0 if src is None else E))
 
 
-def _check_range(index: Tensor, size: int, name: str, size_name: str) -> None:
-    _deferred.report(range_flags([index], [size]), [range_message(name, size, size_name)])
+def _check_ranges(indices: Sequence[Tensor], sizes: Sequence, names: Sequence[Tuple[str, str]]) -> None:
+    """Reports each index with a value outside [0, sizes[i]), named by ``names[i]`` (its name, the
+    size's name)."""
+    _deferred.report(range_flags(indices, sizes),
+                     [range_message(name, size, size_name) for (name, size_name), size in zip(names, sizes)])
 
 
 @torch.library.custom_op("pyg_fast::checked_index", mutates_args=())
 def _checked_index(index: Tensor, bound: Tensor, dim: int, name: str, size_name: str) -> Tensor:
     """A copy of ``index`` whose values are checked to lie in [0, bound.size(dim))."""
-    _check_range(index, bound.size(dim), name, size_name)
+    _check_ranges([index], [bound.size(dim)], [(name, size_name)])
     return index.clone()
 
 
@@ -308,9 +311,8 @@ def checked_indices(*checks: Tuple[Tensor, Tensor, int, str, str]) -> List[Tenso
              for index, (_, bound, dim, name, _) in zip(indices, checks)]
     pending = [k for k, mark in enumerate(marks) if not mark[0]]
     if pending:
-        sizes = [checks[k][1].size(checks[k][2]) for k in pending]
-        _deferred.report(range_flags([indices[k] for k in pending], sizes),
-                         [range_message(checks[k][3], size, checks[k][4]) for k, size in zip(pending, sizes)])
+        _check_ranges([indices[k] for k in pending], [checks[k][1].size(checks[k][2]) for k in pending],
+                      [(checks[k][3], checks[k][4]) for k in pending])
         for k in pending:
             marks[k][0] = True
     return indices
