@@ -48,6 +48,43 @@ def test_matches_gather_reference(device, dtype, op, shape, b_sorted):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(16,), (64,), (4, 16), (128,), (2, 200)])
+def test_dot_on_a_graph_with_hubs(device, dtype, shape):
+    """Enough edges that the CUDA dot kernel gives every group its longest run (16 edges, several
+    rows of b kept across its steps), skewed sources (hubs) and destinations sorted in runs, as
+    message passing hands them over; a few edges out of order break the runs."""
+    N, E = 3_000, 200_000
+    generator = torch.Generator().manual_seed(5)
+    a_index = (torch.rand(E, generator=generator) ** 3 * N).long()
+    b_index = torch.randint(0, N, (E,), generator=generator).sort().values
+    b_index[::997] = torch.randint(0, N, (b_index[::997].numel(),), generator=generator)
+    a = torch.randn((N,) + shape, generator=generator, dtype=torch.float64)
+    b = torch.randn((N,) + shape, generator=generator, dtype=torch.float64)
+    ref = (a[a_index] * b[b_index]).sum(-1)
+    a_index, b_index = a_index.to(device), b_index.to(device)
+    out = sddmm(a.to(device, dtype), b.to(device, dtype), a_index, b_index, "dot")
+    assert_close(out, ref.to(device), dtype, scale=4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.mem_get_info()[0] < 6 * 2 ** 30,
+                    reason="needs CUDA and 6 GiB free")
+def test_dot_beyond_int32_counts():
+    """E * H = 2 ** 30 takes the CUDA dot kernel's 64-bit counters; spot-checked edges."""
+    E, H, N = 2 ** 19, 2 ** 11, 64
+    a = torch.randn(N, H, 1, device="cuda", dtype=torch.float16)
+    b = torch.randn(N, H, 1, device="cuda", dtype=torch.float16)
+    a_index = torch.randint(0, N, (E,), device="cuda")
+    b_index = torch.randint(0, N, (E,), device="cuda").sort().values
+    out = sddmm(a, b, a_index, b_index, "dot")
+    picked = torch.cat([torch.arange(64, device="cuda"), torch.randint(0, E, (4096,), device="cuda"),
+                        torch.arange(E - 64, E, device="cuda")])
+    ref = (a.double()[a_index[picked]] * b.double()[b_index[picked]]).sum(-1)
+    assert_close(out[picked], ref, torch.float16)
+    del out
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_empty_edges(device):
     a = torch.randn(4, 2, 8, device=device)
     idx = torch.empty(0, dtype=torch.long, device=device)

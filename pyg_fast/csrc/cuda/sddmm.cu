@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #include "../ops/sddmm.h"
 #include "kernels/sddmm.cuh"
@@ -40,37 +41,62 @@ int vector_width(int64_t row_len, const at::Tensor& a, const at::Tensor& b, cons
   return vec;
 }
 
-// Dot kernel geometry, measured on the H100 (arxiv_like and reddit2_like, D = 16..128): rows of a
-// in flight per group (UNROLL 4; 2 for whole-warp groups, whose 96 registers at 4 halve the
-// resident warps: reddit2_like D = 128 4.5 vs 4.8 ms), and edges per group, few enough to
-// fill the GPU (at most 16: reddit2_like D = 16 0.53 ms vs 0.68 ms with 64, 0.69 with 256).
+// Dot kernel geometry, measured on the H100 (arxiv_like, reddit2_like and two power-law graphs
+// of the zoo, D = 16..128): 4 rows of a in flight per group (8 was slower on 14 of 16 cases;
+// whole-warp groups at D = 128 gain from 4 over 2: reddit2_like 2.93 vs 3.15 ms), and edges per
+// group few enough to fill the GPU (at most 16: reddit2_like D = 16 0.53 ms vs 0.68 ms with 64).
+constexpr int kSddmmUnroll = 4;
 constexpr int64_t kSddmmMaxChunk = 16;
 
-constexpr int dot_unroll(int lanes) { return lanes >= 32 ? 2 : 4; }
+// Resident blocks of a kernel per SM (its registers decide): the dot grid is one wave of them,
+// grid-striding; eight a SM regardless left a partial third wave (ncu: up to a third of the time).
+template <typename Kernel>
+int64_t blocks_per_sm(Kernel kernel) {
+  int blocks = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kSddmmThreadsPerBlock, 0));
+  return std::max(1, blocks);
+}
 
-int64_t dot_chunk(int64_t pairs, int64_t lanes, int64_t unroll) {
-  const int64_t resident_groups =
-      at::cuda::getCurrentDeviceProperties()->multiProcessorCount * kBlocksPerSm * (kSddmmThreadsPerBlock / lanes);
-  const int64_t per_group = (pairs + resident_groups - 1) / resident_groups;
-  const int64_t rounded = (per_group + unroll - 1) / unroll * unroll;
-  return std::max<int64_t>(unroll, std::min(rounded, kSddmmMaxChunk));
+template <typename scalar_t, typename index_t, int LANES, int VEC>
+void launch_dot_with(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_index, const at::Tensor& b_index,
+                     at::Tensor& out, cudaStream_t stream) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const auto kernel = sddmm_dot_kernel<scalar_t, acc_t, index_t, LANES, VEC, kSddmmUnroll>;
+  constexpr int64_t kGroupsPerBlock = kSddmmThreadsPerBlock / LANES;
+  static const int64_t per_sm = blocks_per_sm(kernel);  // one instantiation, one kernel
+  const int64_t E = a_index.numel(), H = a.size(1);
+  const int64_t blocks = per_sm * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t per_group = (E * H + blocks * kGroupsPerBlock - 1) / (blocks * kGroupsPerBlock);
+  const int64_t chunk = std::clamp<int64_t>((per_group + kSddmmUnroll - 1) / kSddmmUnroll * kSddmmUnroll,
+                                            kSddmmUnroll, kSddmmMaxChunk);
+  const int64_t items = (E + chunk - 1) / chunk * H;
+  const int64_t grid = std::max<int64_t>(1, std::min(blocks, (items + kGroupsPerBlock - 1) / kGroupsPerBlock));
+  kernel<<<grid, kSddmmThreadsPerBlock, 0, stream>>>(
+      a.const_data_ptr<scalar_t>(), b.const_data_ptr<scalar_t>(), a_index.const_data_ptr<int64_t>(),
+      b_index.const_data_ptr<int64_t>(), out.mutable_data_ptr<scalar_t>(), static_cast<index_t>(E),
+      static_cast<index_t>(H), static_cast<index_t>(a.size(2)), static_cast<index_t>(a.size(0)),
+      static_cast<index_t>(b.size(0)), static_cast<index_t>(chunk));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// int32 counters where every count the kernel forms fits: E * H plus one grid's worth of items
+// past the end, the rows of a and b, and H * D.
+bool fits_int32(int64_t E, int64_t H, int64_t D, int64_t num_a, int64_t num_b) {
+  constexpr int64_t kLimit = std::numeric_limits<int32_t>::max() / 2;
+  return E * H < kLimit && num_a < kLimit && num_b < kLimit && H * D < kLimit;
 }
 
 template <typename scalar_t, int VEC>
 void launch_dot(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_index, const at::Tensor& b_index,
                 at::Tensor& out, cudaStream_t stream) {
-  using acc_t = at::opmath_type<scalar_t>;
   const int64_t E = a_index.numel(), H = a.size(1), D = a.size(2);
   int lanes = 1;  // adaptive: enough lanes to cover D in one pass of VEC-wide loads, at most a warp
   while (lanes < 32 && static_cast<int64_t>(lanes) * VEC < D) lanes *= 2;
-  const int64_t chunk = dot_chunk(E * H, lanes, dot_unroll(lanes));
-  const int64_t items = (E + chunk - 1) / chunk * H;
-  const int64_t grid = grid_size(items, kSddmmThreadsPerBlock / lanes);
+  const bool narrow = fits_int32(E, H, D, a.size(0), b.size(0));
   auto launch = [&](auto lanes_tag) {
     constexpr int LANES = decltype(lanes_tag)::value;
-    sddmm_dot_kernel<scalar_t, acc_t, LANES, VEC, dot_unroll(LANES)><<<grid, kSddmmThreadsPerBlock, 0, stream>>>(
-        a.const_data_ptr<scalar_t>(), b.const_data_ptr<scalar_t>(), a_index.const_data_ptr<int64_t>(),
-        b_index.const_data_ptr<int64_t>(), out.mutable_data_ptr<scalar_t>(), E, H, D, a.size(0), b.size(0), chunk);
+    narrow ? launch_dot_with<scalar_t, int32_t, LANES, VEC>(a, b, a_index, b_index, out, stream)
+           : launch_dot_with<scalar_t, int64_t, LANES, VEC>(a, b, a_index, b_index, out, stream);
   };
   switch (lanes) {
     case 1: launch(std::integral_constant<int, 1>{}); break;
@@ -80,7 +106,6 @@ void launch_dot(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_in
     case 16: launch(std::integral_constant<int, 16>{}); break;
     default: launch(std::integral_constant<int, 32>{}); break;
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <typename scalar_t, int VEC>

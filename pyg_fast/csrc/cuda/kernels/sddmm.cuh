@@ -46,113 +46,83 @@ __device__ __forceinline__ void reduce_all(acc_t (&v)[UNROLL]) {
   }
 }
 
-// Sums each of the UNROLL values v over the LANES lanes of a group with a butterfly that halves
-// the values each lane carries at every level while there is more than one (a reduce-scatter:
-// UNROLL - 1 + log2(LANES / UNROLL) shuffles where one tree per value takes UNROLL log2(LANES)).
-// Afterwards v[0 .. count) hold the totals of values first .. first + count - 1, count =
-// max(1, UNROLL / LANES); lanes that differ only in the bits below LANES / UNROLL hold the same.
-template <int LANES, int UNROLL, typename acc_t>
-__device__ __forceinline__ int reduce_scatter(acc_t (&v)[UNROLL], int lane) {
-  int first = 0, count = UNROLL;
-#pragma unroll
-  for (int off = LANES / 2; off > 0; off >>= 1) {
-    if (count > 1) {
-      const int half = count / 2;
-      const bool upper = lane & off;
-#pragma unroll
-      for (int t = 0; t < half; ++t) {
-        const acc_t send = upper ? v[t] : v[t + half];
-        const acc_t keep = upper ? v[t + half] : v[t];
-        v[t] = keep + __shfl_xor_sync(0xffffffffu, send, off, LANES);
-      }
-      if (upper) first += half;
-      count = half;
-    } else {
-      v[0] += __shfl_xor_sync(0xffffffffu, v[0], off, LANES);
-    }
-  }
-  return first;
-}
-
 // out [E, H]. A group of LANES lanes takes `chunk` consecutive edges of one head (items are
 // (chunk, head), heads fastest, so neighbouring groups read neighbouring heads of a row). It walks
 // them UNROLL edges at a time, all their rows of a in flight at once. Edges are usually sorted by
 // b_index (destination), so consecutive edges share b's row: a lane keeps its slice of the last
 // row of b in registers (when D fits one pass of LANES * VEC) and reloads it only when the row
 // changes. The UNROLL partial dots are then summed over the group.
-template <typename scalar_t, typename acc_t, int LANES, int VEC, int UNROLL>
-__global__ void sddmm_dot_kernel(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b,
-                                 const int64_t* __restrict__ a_index, const int64_t* __restrict__ b_index,
-                                 scalar_t* __restrict__ out, int64_t num_edges, int64_t heads, int64_t dim,
-                                 int64_t num_a, int64_t num_b, int64_t chunk) {
+// index_t counts edges, items and rows: int32 where they fit (the launcher checks), which took
+// the kernel from 80 to 63 registers and 3 to 4 resident blocks (H100, arxiv_like D = 64: 0.126
+// -> 0.089 ms with the grid below); element offsets are widened to 64 bits.
+template <typename scalar_t, typename acc_t, typename index_t, int LANES, int VEC, int UNROLL>
+__global__ void __launch_bounds__(kSddmmThreadsPerBlock)
+    sddmm_dot_kernel(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b,
+                     const int64_t* __restrict__ a_index, const int64_t* __restrict__ b_index,
+                     scalar_t* __restrict__ out, index_t num_edges, index_t heads, index_t dim, index_t num_a,
+                     index_t num_b, index_t chunk) {
   static_assert(LANES >= 1 && LANES <= 32 && (LANES & (LANES - 1)) == 0, "LANES: power of two <= 32");
   using Vector = SddmmVec<scalar_t, VEC>;
   const int lane = threadIdx.x % LANES;
-  const int64_t items = (num_edges + chunk - 1) / chunk * heads;
-  const int64_t groups_per_grid = static_cast<int64_t>(gridDim.x) * (blockDim.x / LANES);
-  const int64_t pass = static_cast<int64_t>(LANES) * VEC;
+  const index_t items = (num_edges + chunk - 1) / chunk * heads;
+  const index_t groups_per_grid = static_cast<index_t>(gridDim.x) * (kSddmmThreadsPerBlock / LANES);
+  const index_t row_len = heads * dim;
+  const index_t pass = static_cast<index_t>(LANES) * VEC;
   const bool one_pass = dim <= pass;  // b's slice fits one vector per lane: keep it
   // Every group of a warp runs the same iterations (items rounded up per warp, edges up to the
   // chunk), so the shuffles always see the full warp.
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * (blockDim.x / LANES) + threadIdx.x / LANES;
-  const int64_t warp_first = first - (threadIdx.x % 32) / LANES;
-  for (int64_t base = warp_first; base < items; base += groups_per_grid) {
-    const int64_t item = base + (threadIdx.x % 32) / LANES;
-    const int64_t h = item % heads;
-    const int64_t e_lo = item < items ? item / heads * chunk : num_edges;
-    const int64_t e_hi = min(e_lo + chunk, num_edges);
-    int64_t cached_j = -1;  // the row of b whose slice vb holds (one pass only)
+  const index_t warp_first =
+      static_cast<index_t>(blockIdx.x) * (kSddmmThreadsPerBlock / LANES) + threadIdx.x / 32 * (32 / LANES);
+  for (index_t base = warp_first; base < items; base += groups_per_grid) {
+    const index_t item = base + threadIdx.x % 32 / LANES;
+    index_t run = item, h = 0;
+    if (heads != 1) {
+      run = item / heads;
+      h = item - run * heads;
+    }
+    const index_t e_lo = item < items ? run * chunk : num_edges;
+    const index_t e_hi = min(e_lo + chunk, num_edges);
+    const index_t h_offset = h * dim + static_cast<index_t>(lane) * VEC;
+    index_t cached_j = -1;  // the row of b whose slice vb holds (one pass only)
     Vector vb;
-    for (int64_t k = 0; k < chunk; k += UNROLL) {
-      const scalar_t* row_a[UNROLL];  // null where the edge is past the run or out of range
-      int64_t j[UNROLL];
+    for (index_t k = 0; k < chunk; k += UNROLL) {
+      const scalar_t* row_a[UNROLL];  // this lane's first element; null past the run or out of range
+      index_t j[UNROLL];
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) {
-        const int64_t e = e_lo + k + u;
+        const index_t e = e_lo + k + u;
         const int64_t i = e < e_hi ? a_index[e] : -1;
-        j[u] = e < e_hi ? b_index[e] : -1;
-        row_a[u] = in_range(i, num_a) && in_range(j[u], num_b) ? a + (i * heads + h) * dim : nullptr;
+        const int64_t jj = e < e_hi ? b_index[e] : -1;
+        const bool valid = in_range(i, num_a) && in_range(jj, num_b);
+        j[u] = valid ? static_cast<index_t>(jj) : index_t(-1);
+        row_a[u] = valid ? a + static_cast<int64_t>(static_cast<index_t>(i)) * row_len + h_offset : nullptr;
       }
       acc_t dot[UNROLL];
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) dot[u] = acc_t(0);
-      for (int64_t d = static_cast<int64_t>(lane) * VEC; d < dim; d += pass) {
+      for (index_t d = static_cast<index_t>(lane) * VEC; d < dim; d += pass) {
+        const index_t step = d - static_cast<index_t>(lane) * VEC;
         Vector va[UNROLL];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
-          if (row_a[u]) va[u] = *reinterpret_cast<const Vector*>(row_a[u] + d);
+          if (row_a[u]) va[u] = *reinterpret_cast<const Vector*>(row_a[u] + step);
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
           if (!row_a[u]) continue;
           if (!one_pass || j[u] != cached_j) {
-            vb = *reinterpret_cast<const Vector*>(b + (j[u] * heads + h) * dim + d);
-            cached_j = one_pass ? j[u] : -1;
+            vb = *reinterpret_cast<const Vector*>(b + static_cast<int64_t>(j[u]) * row_len + h_offset + step);
+            cached_j = one_pass ? j[u] : index_t(-1);
           }
 #pragma unroll
           for (int v = 0; v < VEC; ++v) dot[u] += static_cast<acc_t>(va[u].v[v]) * static_cast<acc_t>(vb.v[v]);
         }
       }
-      // Two dots (whole-warp groups) take the reduce-scatter: 5 shuffles instead of 10 (H100,
-      // reddit2_like D = 128: 4.0 vs 4.6 ms). Four take a tree each: the scatter's selects raise
-      // the kernel from 80 to 96 registers, one resident block fewer (D = 64: 2.17 vs 1.95 ms).
       // An invalid edge's dot stayed 0 on every lane, so totals are written as they are.
-      if constexpr (UNROLL <= 2) {
-        const int first_dot = reduce_scatter<LANES, UNROLL>(dot, lane);
-        constexpr int kCount = UNROLL > LANES ? UNROLL / LANES : 1;  // totals per lane
-        if (lane % (LANES * kCount / UNROLL) == 0) {  // one of the lanes holding these totals
+      reduce_all<LANES, UNROLL>(dot);
 #pragma unroll
-          for (int t = 0; t < kCount; ++t) {
-            const int64_t e = e_lo + k + first_dot + t;
-            if (e < e_hi) out[e * heads + h] = static_cast<scalar_t>(dot[t]);
-          }
-        }
-      } else {
-        reduce_all<LANES, UNROLL>(dot);
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-          const int64_t e = e_lo + k + u;
-          if (lane == u % LANES && e < e_hi) out[e * heads + h] = static_cast<scalar_t>(dot[u]);
-        }
+      for (int u = 0; u < UNROLL; ++u) {
+        const index_t e = e_lo + k + u;
+        if (lane == u % LANES && e < e_hi) out[e * heads + h] = static_cast<scalar_t>(dot[u]);
       }
     }
   }
