@@ -295,6 +295,7 @@ _ZOO_BUILDERS: Dict[str, Callable[[], Tuple[torch.Tensor, int]]] = {
 
 
 ZOO = ("cora", "pubmed") + tuple(_ZOO_BUILDERS)
+ZOO_LARGE = ("powerlaw_0.7_10m", "powerlaw_0.45_25m")  # measured at fewer feature sizes
 
 
 def graph_cache_dir() -> Path:

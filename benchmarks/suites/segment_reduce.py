@@ -19,10 +19,11 @@ from torch import Tensor
 
 import pyg_fast
 from benchmarks.common import REL_TOL, bench_methods, budget_for
-from benchmarks.graphs import LARGE_GRAPHS, graph_names, load_graph
+from benchmarks.graphs import LARGE_GRAPHS, ZOO_LARGE, graph_names, load_graph
 
 SUITE = "segment_reduce"
-FEATURES = (1, 4, 16, 32, 64, 128)
+FEATURES = (1, 4, 16, 32, 64, 128, 256)
+ZOO_LARGE_FEATURES = (16, 64, 128, 256)  # the zoo's graphs of 10 M edges and more
 QUICK_FEATURES = (1, 4, 64)
 REDUCES = ("sum", "mean", "max", "min")
 LARGE_GRAPH_REDUCES = ("sum", "mean", "max")  # min costs as much as max and adds nothing there
@@ -38,7 +39,8 @@ Reducer = Callable[[Tensor], Tensor]
 def cases(graph: str, quick: bool) -> Iterator[Tuple[int, torch.dtype, Tuple[str, ...]]]:
     """(F, dtype, reduces) measured on ``graph``."""
     large = graph in LARGE_GRAPHS
-    for num_features in QUICK_FEATURES if quick else FEATURES:
+    features = QUICK_FEATURES if quick else ZOO_LARGE_FEATURES if graph in ZOO_LARGE else FEATURES
+    for num_features in features:
         dtypes = [torch.float32]
         if num_features == BF16_FEATURES and (large or quick):
             dtypes.append(torch.bfloat16)

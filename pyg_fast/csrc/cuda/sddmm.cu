@@ -79,11 +79,11 @@ void launch_dot_with(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// int32 counters where every count the kernel forms fits: E * H plus one grid's worth of items
-// past the end, the rows of a and b, and H * D.
-bool fits_int32(int64_t E, int64_t H, int64_t D, int64_t num_a, int64_t num_b) {
+// int32 counters where every count and offset the kernel forms fits: E * H plus one grid's worth
+// of items past the end, and the elements of a and b.
+bool fits_int32(int64_t E, int64_t H, const at::Tensor& a, const at::Tensor& b) {
   constexpr int64_t kLimit = std::numeric_limits<int32_t>::max() / 2;
-  return E * H < kLimit && num_a < kLimit && num_b < kLimit && H * D < kLimit;
+  return E * H < kLimit && a.numel() < kLimit && b.numel() < kLimit;
 }
 
 template <typename scalar_t, int VEC>
@@ -92,7 +92,7 @@ void launch_dot(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_in
   const int64_t E = a_index.numel(), H = a.size(1), D = a.size(2);
   int lanes = 1;  // adaptive: enough lanes to cover D in one pass of VEC-wide loads, at most a warp
   while (lanes < 32 && static_cast<int64_t>(lanes) * VEC < D) lanes *= 2;
-  const bool narrow = fits_int32(E, H, D, a.size(0), b.size(0));
+  const bool narrow = fits_int32(E, H, a, b);
   auto launch = [&](auto lanes_tag) {
     constexpr int LANES = decltype(lanes_tag)::value;
     narrow ? launch_dot_with<scalar_t, int32_t, LANES, VEC>(a, b, a_index, b_index, out, stream)

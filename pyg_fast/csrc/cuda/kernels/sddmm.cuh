@@ -52,9 +52,10 @@ __device__ __forceinline__ void reduce_all(acc_t (&v)[UNROLL]) {
 // b_index (destination), so consecutive edges share b's row: a lane keeps its slice of the last
 // row of b in registers (when D fits one pass of LANES * VEC) and reloads it only when the row
 // changes. The UNROLL partial dots are then summed over the group.
-// index_t counts edges, items and rows: int32 where they fit (the launcher checks), which took
-// the kernel from 80 to 63 registers and 3 to 4 resident blocks (H100, arxiv_like D = 64: 0.126
-// -> 0.089 ms with the grid below); element offsets are widened to 64 bits.
+// index_t counts edges, items and element offsets: int32 where they fit (the launcher checks),
+// which took the kernel from 80 to 63 registers and 3 to 4 resident blocks (H100, arxiv_like
+// D = 64: 0.126 -> 0.089 ms with the launcher's grid). Offsets too: widening only them to 64 bits
+// cost 6-25% (0.110 vs 0.096 ms there, cold L2).
 template <typename scalar_t, typename acc_t, typename index_t, int LANES, int VEC, int UNROLL>
 __global__ void __launch_bounds__(kSddmmThreadsPerBlock)
     sddmm_dot_kernel(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b,
@@ -65,16 +66,15 @@ __global__ void __launch_bounds__(kSddmmThreadsPerBlock)
   using Vector = SddmmVec<scalar_t, VEC>;
   const int lane = threadIdx.x % LANES;
   const index_t items = (num_edges + chunk - 1) / chunk * heads;
-  const index_t groups_per_grid = static_cast<index_t>(gridDim.x) * (kSddmmThreadsPerBlock / LANES);
-  const index_t row_len = heads * dim;
+  const index_t groups_per_grid = static_cast<index_t>(gridDim.x) * (blockDim.x / LANES);
   const index_t pass = static_cast<index_t>(LANES) * VEC;
   const bool one_pass = dim <= pass;  // b's slice fits one vector per lane: keep it
   // Every group of a warp runs the same iterations (items rounded up per warp, edges up to the
   // chunk), so the shuffles always see the full warp.
   const index_t warp_first =
-      static_cast<index_t>(blockIdx.x) * (kSddmmThreadsPerBlock / LANES) + threadIdx.x / 32 * (32 / LANES);
+      static_cast<index_t>(blockIdx.x) * (blockDim.x / LANES) + threadIdx.x / 32 * (32 / LANES);
   for (index_t base = warp_first; base < items; base += groups_per_grid) {
-    const index_t item = base + threadIdx.x % 32 / LANES;
+    const index_t item = base + (threadIdx.x % 32) / LANES;
     index_t run = item, h = 0;
     if (heads != 1) {
       run = item / heads;
@@ -82,35 +82,33 @@ __global__ void __launch_bounds__(kSddmmThreadsPerBlock)
     }
     const index_t e_lo = item < items ? run * chunk : num_edges;
     const index_t e_hi = min(e_lo + chunk, num_edges);
-    const index_t h_offset = h * dim + static_cast<index_t>(lane) * VEC;
     index_t cached_j = -1;  // the row of b whose slice vb holds (one pass only)
     Vector vb;
     for (index_t k = 0; k < chunk; k += UNROLL) {
-      const scalar_t* row_a[UNROLL];  // this lane's first element; null past the run or out of range
+      const scalar_t* row_a[UNROLL];  // null where the edge is past the run or out of range
       index_t j[UNROLL];
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) {
         const index_t e = e_lo + k + u;
         const int64_t i = e < e_hi ? a_index[e] : -1;
         const int64_t jj = e < e_hi ? b_index[e] : -1;
-        const bool valid = in_range(i, num_a) && in_range(jj, num_b);
-        j[u] = valid ? static_cast<index_t>(jj) : index_t(-1);
-        row_a[u] = valid ? a + static_cast<int64_t>(static_cast<index_t>(i)) * row_len + h_offset : nullptr;
+        const bool ok = in_range(i, num_a) && in_range(jj, num_b);
+        j[u] = ok ? static_cast<index_t>(jj) : index_t(-1);
+        row_a[u] = ok ? a + (static_cast<index_t>(i) * heads + h) * dim : nullptr;
       }
       acc_t dot[UNROLL];
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) dot[u] = acc_t(0);
       for (index_t d = static_cast<index_t>(lane) * VEC; d < dim; d += pass) {
-        const index_t step = d - static_cast<index_t>(lane) * VEC;
         Vector va[UNROLL];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
-          if (row_a[u]) va[u] = *reinterpret_cast<const Vector*>(row_a[u] + step);
+          if (row_a[u]) va[u] = *reinterpret_cast<const Vector*>(row_a[u] + d);
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
           if (!row_a[u]) continue;
           if (!one_pass || j[u] != cached_j) {
-            vb = *reinterpret_cast<const Vector*>(b + static_cast<int64_t>(j[u]) * row_len + h_offset + step);
+            vb = *reinterpret_cast<const Vector*>(b + (j[u] * heads + h) * dim + d);
             cached_j = one_pass ? j[u] : index_t(-1);
           }
 #pragma unroll
