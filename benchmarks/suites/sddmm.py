@@ -8,9 +8,9 @@ from benchmarks.common import Recorder, time_ms
 from benchmarks.graphs import BENCH_GRAPHS, graph_names, load_graph
 from pyg_fast.ops import sddmm
 
-SHAPES = ((16, 1), (64, 1), (64, 4), (128, 1), (256, 1))  # (F, heads)
+SHAPES = ((16, 1), (32, 1), (64, 1), (64, 4), (128, 1), (256, 1))  # (F, heads)
 OPS = ("dot", "add", "mul")
-GATHER_LIMIT = 2 ** 31  # elements of one gathered [E, F] operand the torch baseline may build
+GATHER_LIMIT = 2 ** 32  # elements of one gathered [E, F] operand the torch baseline may build
 
 
 def _gather(a, b, src, dst, op):

@@ -69,7 +69,7 @@ def test_dot_on_a_graph_with_hubs(device, dtype, shape):
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.mem_get_info()[0] < 6 * 2 ** 30,
                     reason="needs CUDA and 6 GiB free")
-def test_dot_beyond_int32_counts():
+def test_dot_beyond_int32_counts_cuda():
     """E * H = 2 ** 30 takes the CUDA dot kernel's 64-bit counters; spot-checked edges."""
     E, H, N = 2 ** 19, 2 ** 11, 64
     a = torch.randn(N, H, 1, device="cuda", dtype=torch.float16)
