@@ -8,6 +8,7 @@ the GPU and writes the rule table that pyg_fast.tuning reads (pyg_fast/tuning/ru
         # rules from a re-sweep after one schedule's kernel changed (the others keep their lower timing)
     python -m benchmarks.tune_segment --out DIR --graphs cora,pubmed --merge sweep.jsonl --changed '' \
         --merged-jsonl again.jsonl   # small graphs swept again, each timing the lower of the two
+    python -m benchmarks.tune_segment --out DIR --zoo   # the zoo's graphs (benchmarks.graphs), F up to 256
 
 Every configuration's output is checked against torch before it is timed. The table keeps,
 for each input measured, the fastest configuration and the input's features; at run time
@@ -28,6 +29,7 @@ import os
 
 import torch
 
+import benchmarks.graphs
 import pyg_fast
 from benchmarks.common import time_ms
 from pyg_fast import tuning
@@ -67,9 +69,16 @@ BENCHMARK_GRAPHS = ("cora", "pubmed", "arxiv_like", "reddit2_like", "sbm_1000")
 SWEEP_BUDGET = (5, 20)
 
 
-def sweep_graphs(device: str, quick: bool, only=None):
+def sweep_graphs(device: str, quick: bool, only=None, zoo: bool = False):
     """(name, src, dst, num_nodes) of every graph swept (those named in ``only``, if given),
-    destinations sorted."""
+    destinations sorted: generated power laws and the benchmarks' graphs, or with ``zoo`` the
+    zoo's graphs that are not among those."""
+    if zoo:
+        for name in benchmarks.graphs.ZOO:
+            if name not in BENCHMARK_GRAPHS and (only is None or name in only):
+                data = benchmarks.graphs.load_graph(name)
+                yield name, data.edge_index[0].to(device), data.edge_index[1].to(device), data.num_nodes
+        return
     gen = torch.Generator().manual_seed(0)
     shapes = [(2_700, 10_500), (20_000, 200_000), (170_000, 1_200_000), (230_000, 23_000_000)]
     exponents = [0.0, 0.8]
@@ -90,48 +99,75 @@ def sweep_graphs(device: str, quick: bool, only=None):
 
 
 FEATURE_SIZES = (1, 4, 16, 32, 64, 128)
+ZOO_FEATURE_SIZES = FEATURE_SIZES + (256,)
 
 
-def sweep(device: str, quick: bool, out_dir: str, feature_sizes=FEATURE_SIZES, graphs=None):
+def feature_sizes_of(graph: str, feature_sizes) -> tuple:
+    """The zoo's largest graphs are swept at the feature sizes their benchmarks measure."""
+    if graph in benchmarks.graphs.ZOO_LARGE:
+        return tuple(f for f in feature_sizes if f >= 16)
+    return tuple(feature_sizes)
+
+
+def sweep_graph(graph: str, src, dst, num_nodes: int, device, feature_sizes):
+    """Every configuration of the grid timed on one graph, per F, direct rows and gathered: one
+    result (dict) per input, as ``sweep.jsonl`` holds them."""
+    num_edges = src.numel()
+    ptr = torch._convert_indices_from_coo_to_csr(dst, num_nodes)
+    max_degree = int(ptr.diff().max())
+    for num_features, gather in itertools.product(feature_sizes_of(graph, feature_sizes), (False, True)):
+        rows = torch.randn(num_nodes if gather else num_edges, num_features, device=device)
+        if gather:
+            ref = torch.zeros(num_nodes, num_features, device=device).index_add_(0, dst, rows[src])
+            run = lambda: pyg_fast.index_segment_reduce(rows, src, dst, num_nodes, "sum")
+        else:
+            ref = torch.zeros(num_nodes, num_features, device=device).index_add_(0, dst, rows)
+            run = lambda: pyg_fast.segment_reduce(rows, dst, dim_size=num_nodes, reduce="sum")
+        timings = []
+        for params in candidate_params(num_features):
+            tuning.set_override(params)
+            try:
+                out = run()
+                err = ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+                if err < 1e-4:
+                    timings.append((time_ms(run, *SWEEP_BUDGET), params))
+                else:  # never time (or pick) a configuration that computes something else
+                    print(f"WRONG RESULT (relative error {err:.3g}) with {params}: not timed", flush=True)
+            finally:
+                tuning.set_override(None)
+        baseline = time_ms(lambda: torch.zeros(num_nodes, num_features, device=device).index_add_(
+            0, dst, rows[src] if gather else rows), *SWEEP_BUDGET)
+        feats = tuning.features(num_edges, num_nodes, num_features, 4, gather, max_degree)
+        r = dict(graph=graph, num_nodes=num_nodes, num_edges=num_edges, max_degree=max_degree, F=num_features,
+                 gather=gather, features=feats, **_bests(timings), index_add_ms=baseline,
+                 all=[dict(ms=ms, **p) for ms, p in timings])
+        print(f"{graph} V={num_nodes} E={num_edges} maxdeg={max_degree} F={num_features} "
+              f"gather={gather}: best {r['best_ms']:.4f} ms {r['best']} | best GeoT {r['geot_best_ms']:.4f} ms | "
+              f"index_add {baseline:.4f} ms", flush=True)
+        del rows, ref
+        yield r
+
+
+def sweep(device: str, quick: bool, out_dir: str, feature_sizes=FEATURE_SIZES, graphs=None, zoo: bool = False):
     feature_sizes = [1, 16] if quick else feature_sizes
     results = []
-    for graph, src, dst, num_nodes in sweep_graphs(device, quick, graphs):
-        num_edges = src.numel()
-        ptr = torch._convert_indices_from_coo_to_csr(dst, num_nodes)
-        max_degree = int(ptr.diff().max())
-        for num_features, gather in itertools.product(feature_sizes, (False, True)):
-            rows = torch.randn(num_nodes if gather else num_edges, num_features, device=device)
-            if gather:
-                ref = torch.zeros(num_nodes, num_features, device=device).index_add_(0, dst, rows[src])
-                run = lambda: pyg_fast.index_segment_reduce(rows, src, dst, num_nodes, "sum")
-            else:
-                ref = torch.zeros(num_nodes, num_features, device=device).index_add_(0, dst, rows)
-                run = lambda: pyg_fast.segment_reduce(rows, dst, dim_size=num_nodes, reduce="sum")
-            timings = []
-            for params in candidate_params(num_features):
-                tuning.set_override(params)
-                try:
-                    out = run()
-                    err = ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-                    if err < 1e-4:
-                        timings.append((time_ms(run, *SWEEP_BUDGET), params))
-                    else:  # never time (or pick) a configuration that computes something else
-                        print(f"WRONG RESULT (relative error {err:.3g}) with {params}: not timed", flush=True)
-                finally:
-                    tuning.set_override(None)
-            baseline = time_ms(lambda: torch.zeros(num_nodes, num_features, device=device).index_add_(
-                0, dst, rows[src] if gather else rows), *SWEEP_BUDGET)
-            feats = tuning.features(num_edges, num_nodes, num_features, 4, gather, max_degree)
-            results.append(dict(graph=graph, num_nodes=num_nodes, num_edges=num_edges, max_degree=max_degree,
-                                F=num_features, gather=gather, features=feats, **_bests(timings),
-                                index_add_ms=baseline, all=[dict(ms=ms, **p) for ms, p in timings]))
+    for graph, src, dst, num_nodes in sweep_graphs(device, quick, graphs, zoo):
+        for r in sweep_graph(graph, src, dst, num_nodes, device, feature_sizes):
+            results.append(r)
             with open(os.path.join(out_dir, "sweep.jsonl"), "a") as f:
-                f.write(json.dumps(results[-1]) + "\n")
-            r = results[-1]
-            print(f"{graph} V={num_nodes} E={num_edges} maxdeg={max_degree} F={num_features} "
-                  f"gather={gather}: best {r['best_ms']:.4f} ms {r['best']} | best GeoT {r['geot_best_ms']:.4f} ms | "
-                  f"index_add {baseline:.4f} ms", flush=True)
+                f.write(json.dumps(r) + "\n")
     return results
+
+
+def nearest(table, features, weights):
+    """The entry of ``table`` (sweep results) nearest ``features`` under the weighted squared
+    distance, as the C++ selector takes it."""
+    return min(table, key=lambda o: sum(w * (a - b) ** 2 for w, a, b in zip(weights, features, o["features"])))
+
+
+def picked_ms(result, params):
+    """The time ``result``'s sweep measured for ``params``; None where it was not swept."""
+    return next((t["ms"] for t in result["all"] if all(t[k] == params[k] for k in params)), None)
 
 
 def leave_one_out(results, weights):
@@ -142,8 +178,7 @@ def leave_one_out(results, weights):
         others = [o for o in results if o.get("graph", id(o)) != r.get("graph", id(r))]
         if not others:
             continue
-        near = min(others, key=lambda o: sum(w * (a - b) ** 2 for w, a, b in zip(weights, r["features"], o["features"])))
-        picked = next((t["ms"] for t in r["all"] if all(t[k] == near["best"][k] for k in near["best"])), None)
+        picked = picked_ms(r, nearest(others, r["features"], weights)["best"])
         if picked is not None:  # None: the neighbour's pick was not swept for this input
             ratios.append(picked / r["best_ms"])
     return ratios
@@ -224,6 +259,8 @@ def main():
     parser.add_argument("--device-name", default=None, help="recorded in the rules' source (with --from-jsonl)")
     parser.add_argument("--features", default=None, help="comma-separated feature sizes to sweep (default: all)")
     parser.add_argument("--graphs", default=None, help="comma-separated graph names to sweep (default: all)")
+    parser.add_argument("--zoo", action="store_true", help="sweep the zoo's graphs (benchmarks.graphs.ZOO) beyond "
+                                                        "the benchmarks' own, F up to 256")
     parser.add_argument("--merge", help="an earlier sweep.jsonl whose inputs not swept again join the rules")
     parser.add_argument("--changed", default=None,
                         help="with --merge: comma-separated schedules whose kernels changed since that sweep; "
@@ -236,9 +273,10 @@ def main():
         results = read_jsonl(args.from_jsonl)
         device_name = args.device_name or "GPU"
     else:
-        sizes = tuple(int(f) for f in args.features.split(",")) if args.features else FEATURE_SIZES
+        default_sizes = ZOO_FEATURE_SIZES if args.zoo else FEATURE_SIZES
+        sizes = tuple(int(f) for f in args.features.split(",")) if args.features else default_sizes
         graphs = set(args.graphs.split(",")) if args.graphs else None
-        results = sweep("cuda", args.quick, args.out, sizes, graphs)
+        results = sweep("cuda", args.quick, args.out, sizes, graphs, args.zoo)
         device_name = torch.cuda.get_device_name()
     if args.merge:
         changed = None if args.changed is None else {name for name in args.changed.split(",") if name}

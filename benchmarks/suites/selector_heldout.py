@@ -1,0 +1,70 @@
+"""Suite "selector_heldout": the schedule selector on graphs it was not fitted on.
+
+On each graph of the zoo (``benchmarks.graphs.ZOO``; with ``--quick`` the quick graphs) beyond the
+sweep's own (``benchmarks.tune_segment.BENCHMARK_GRAPHS``), every configuration of the tuning grid
+is timed per F, for the direct reduction (op ``segment_reduce``) and the gathered one (op ``spmm``,
+``index_segment_reduce``): ``benchmarks.tune_segment.sweep_graph``. The selector's pick for an
+input is the nearest entry of a rule table fitted without that graph: the shipped sweep
+(``SHIPPED_SWEEPS``) and this run's other graphs, under the shipped rules' weights, as a reused
+graph's eager call picks (graph-aware schedules allowed, its measured skew).
+
+Case keys: graph, F, op. Methods: ``selector`` (the pick's time, ``config``; ``pyg_fast`` records
+the same), ``exhaustive_best`` (the grid's fastest, ``config``). On the CPU the configurations
+share one kernel: the suite runs, its ratios say nothing. ``$PYG_FAST_SWEEP_JSONL``, when set, receives the sweep's rows
+(``benchmarks.tune_segment --from-jsonl`` refits the rules from them).
+"""
+import json
+import os
+from pathlib import Path
+
+from benchmarks.common import Recorder
+from benchmarks.graphs import QUICK_GRAPHS, ZOO, load_graph, selected
+from benchmarks.tune_segment import (BENCHMARK_GRAPHS, ZOO_FEATURE_SIZES, feature_sizes_of, nearest, picked_ms,
+                                     read_jsonl, sweep_graph)
+from pyg_fast import tuning
+
+SUITE = "selector_heldout"
+SHIPPED_SWEEPS = (Path(__file__).resolve().parents[1] / "data" / "sweeps" / "segment_h100.jsonl",)
+QUICK_FEATURE_SIZES = (1, 16)
+
+
+def held_out_graphs(quick: bool) -> tuple:
+    return selected(QUICK_GRAPHS if quick else tuple(g for g in ZOO if g not in BENCHMARK_GRAPHS))
+
+
+def heldout_records(results: list, shipped: list, weights) -> list:
+    """(case, selector ms, selector config, best ms, best config) for every input of ``results``,
+    its pick taken from ``shipped`` and the other graphs' results."""
+    out = []
+    for r in results:
+        table = shipped + [o for o in results if o["graph"] != r["graph"]]
+        pick = nearest(table, r["features"], weights)["best"]
+        case = {"graph": r["graph"], "F": r["F"], "op": "spmm" if r["gather"] else "segment_reduce"}
+        out.append((case, picked_ms(r, pick), pick, r["best_ms"], r["best"]))
+    return out
+
+
+def run(rec: Recorder, device, quick: bool = False) -> None:
+    shipped = [r for path in SHIPPED_SWEEPS for r in read_jsonl(path)]
+    sink = os.environ.get("PYG_FAST_SWEEP_JSONL")
+    earlier = {(r["graph"], r["F"], r["gather"]): r for r in read_jsonl(sink)} if sink and os.path.exists(sink) else {}
+    sizes = QUICK_FEATURE_SIZES if quick else ZOO_FEATURE_SIZES
+    results = []
+    for name in held_out_graphs(quick):
+        swept = [r for key, r in earlier.items() if key[0] == name]
+        if len(swept) == 2 * len(feature_sizes_of(name, sizes)):  # complete: F x (direct, gathered)
+            results += swept
+            continue
+        data = load_graph(name)
+        src, dst = data.edge_index.to(device)
+        for r in sweep_graph(name, src, dst, data.num_nodes, device, sizes):
+            results.append(r)
+            if sink:
+                with open(sink, "a") as f:
+                    f.write(json.dumps(r) + "\n")
+    for case, ms, config, best_ms, best in heldout_records(results, shipped, tuning.rules()["weights"]):
+        fields = dict(config=config, ratio_to_best=ms / best_ms) if ms is not None else \
+            dict(config=config, error="the pick is not in this input's grid")
+        rec.add(SUITE, case, "selector", ms, **fields)
+        rec.add(SUITE, case, "pyg_fast", ms, same_as="selector", **fields)
+        rec.add(SUITE, case, "exhaustive_best", best_ms, config=best)
