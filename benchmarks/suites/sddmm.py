@@ -4,7 +4,7 @@ Graphs: ``graph_names`` (the default four, or the zoo with ``$PYG_FAST_BENCH_ZOO
 graphs beyond the default four take the dot only)."""
 import torch
 
-from benchmarks.common import Recorder, time_ms
+from benchmarks.common import REL_TOL, Recorder, bench_methods, budget_for
 from benchmarks.graphs import BENCH_GRAPHS, graph_names, load_graph
 from pyg_fast.ops import sddmm
 
@@ -28,30 +28,31 @@ def _reference_dot(a, b, src, dst):
 
 def run(rec: Recorder, device, quick: bool = False) -> None:
     device = torch.device(device)
+    budget = budget_for(quick)
     for graph_name in ("cora",) if quick else graph_names(False):
         data = load_graph(graph_name)
         src, dst = data.edge_index.to(device)
         N = data.num_nodes
+        mask = None
+        if device.type == "cuda":  # cuSPARSE's pattern: duplicate edges merged, rows = sources
+            mask = torch.sparse_coo_tensor(torch.stack([src, dst]), torch.zeros(src.numel(), device=device),
+                                           (N, N)).coalesce().to_sparse_csr()
+            mask_rows = torch._convert_indices_from_csr_to_coo(mask.crow_indices(), mask.col_indices())[0]
         for F, heads in SHAPES:
             a = torch.randn(N, heads, F // heads, device=device)
             b = torch.randn(N, heads, F // heads, device=device)
-            fits = src.numel() * F <= GATHER_LIMIT
             for op in OPS if graph_name in BENCH_GRAPHS else ("dot",):
                 if op != "dot" and (graph_name == "reddit2_like" and F > 16 or F > 128):
                     continue  # an [E, F] output of 23 M edges x F > 16 floats is beyond the point
                 case = {"graph": graph_name, "F": F, "heads": heads, "op": op}
                 ref = _gather(a, b, src, dst, op) if op != "dot" else _reference_dot(a, b, src, dst)
-                torch.testing.assert_close(sddmm(a, b, src, dst, op), ref, rtol=1e-4, atol=1e-4)
-                rec.add("sddmm", case, "pyg_fast", time_ms(lambda: sddmm(a, b, src, dst, op)))
-                if fits:
-                    rec.add("sddmm", case, "torch", time_ms(lambda: _gather(a, b, src, dst, op)))
-                if op == "dot" and heads == 1 and device.type == "cuda":
-                    mask = torch.sparse_coo_tensor(torch.stack([src, dst]), torch.zeros(src.numel(), device=device),
-                                                   (N, N)).coalesce().to_sparse_csr()
+                methods = {"pyg_fast": lambda: sddmm(a, b, src, dst, op)}
+                refs = {"pyg_fast": ref}
+                if src.numel() * F <= GATHER_LIMIT:
+                    methods["torch"], refs["torch"] = (lambda: _gather(a, b, src, dst, op)), ref
+                if op == "dot" and heads == 1 and mask is not None:
                     a2, b2 = a.view(N, F), b.view(N, F).t()
-
-                    def sampled():
-                        return torch.sparse.sampled_addmm(mask, a2, b2, beta=0.0)
-
-                    rec.add("sddmm", case, "torch_sampled_addmm", time_ms(sampled))
-                del ref
+                    methods["torch_sampled_addmm"] = lambda: torch.sparse.sampled_addmm(mask, a2, b2, beta=0.0).values()
+                    refs["torch_sampled_addmm"] = _reference_dot(a, b, mask_rows, mask.col_indices())
+                bench_methods(rec, "sddmm", case, methods, refs, device, REL_TOL[torch.float32], budget)
+                del ref, refs, methods

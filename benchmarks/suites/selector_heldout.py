@@ -4,9 +4,9 @@ On each graph of the zoo (``benchmarks.graphs.ZOO``; with ``--quick`` the quick 
 sweep's own (``benchmarks.tune_segment.BENCHMARK_GRAPHS``), every configuration of the tuning grid
 is timed per F, for the direct reduction (op ``segment_reduce``) and the gathered one (op ``spmm``,
 ``index_segment_reduce``): ``benchmarks.tune_segment.sweep_graph``. The selector's pick for an
-input is the nearest entry of a rule table fitted without that graph: the shipped sweep
-(``SHIPPED_SWEEPS``) and this run's other graphs, under the shipped rules' weights, as a reused
-graph's eager call picks (graph-aware schedules allowed, its measured skew).
+input is the nearest entry of a rule table without that graph's inputs: the shipped sweeps
+(``SHIPPED_SWEEPS``, the rules' source) and this run's other graphs, under the shipped rules'
+weights, as a reused graph's eager call picks (graph-aware schedules allowed, its measured skew).
 
 Case keys: graph, F, op. Methods: ``selector`` (the pick's time, ``config``; ``pyg_fast`` records
 the same), ``exhaustive_best`` (the grid's fastest, ``config``). On the CPU the configurations
@@ -24,7 +24,8 @@ from benchmarks.tune_segment import (BENCHMARK_GRAPHS, ZOO_FEATURE_SIZES, featur
 from pyg_fast import tuning
 
 SUITE = "selector_heldout"
-SHIPPED_SWEEPS = (Path(__file__).resolve().parents[1] / "data" / "sweeps" / "segment_h100.jsonl",)
+SHIPPED_SWEEPS = tuple(Path(__file__).resolve().parents[1] / "data" / "sweeps" / name
+                       for name in ("segment_h100.jsonl", "segment_zoo_h100.jsonl"))
 QUICK_FEATURE_SIZES = (1, 16)
 
 
@@ -34,10 +35,13 @@ def held_out_graphs(quick: bool) -> tuple:
 
 def heldout_records(results: list, shipped: list, weights) -> list:
     """(case, selector ms, selector config, best ms, best config) for every input of ``results``,
-    its pick taken from ``shipped`` and the other graphs' results."""
+    its pick taken from the other graphs' inputs of ``shipped`` and ``results`` (this run's rows
+    replacing shipped ones of the same input)."""
+    key = lambda r: (r["graph"], r["F"], r["gather"])
+    pool = list({**{key(o): o for o in shipped}, **{key(o): o for o in results}}.values())
     out = []
     for r in results:
-        table = shipped + [o for o in results if o["graph"] != r["graph"]]
+        table = [o for o in pool if o["graph"] != r["graph"]]
         pick = nearest(table, r["features"], weights)["best"]
         case = {"graph": r["graph"], "F": r["F"], "op": "spmm" if r["gather"] else "segment_reduce"}
         out.append((case, picked_ms(r, pick), pick, r["best_ms"], r["best"]))
