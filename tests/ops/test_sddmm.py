@@ -49,7 +49,7 @@ def test_matches_gather_reference(device, dtype, op, shape, b_sorted):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape", [(16,), (64,), (4, 16), (128,), (2, 200)])
+@pytest.mark.parametrize("shape", [(16,), (64,), (4, 16), (128,), (2, 200), (256,)])
 def test_dot_on_a_graph_with_hubs(device, dtype, shape):
     """Enough edges that the CUDA dot kernel gives every group its longest run (16 edges, several
     rows of b kept across its steps), skewed sources (hubs) and destinations sorted in runs, as
