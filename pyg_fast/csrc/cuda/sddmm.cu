@@ -57,11 +57,11 @@ int64_t blocks_per_sm(Kernel kernel) {
   return std::max(1, blocks);
 }
 
-template <typename scalar_t, typename index_t, int LANES, int VEC, int PASSES>
+template <typename scalar_t, typename index_t, int LANES, int VEC>
 void launch_dot_with(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_index, const at::Tensor& b_index,
                      at::Tensor& out, cudaStream_t stream) {
   using acc_t = at::opmath_type<scalar_t>;
-  const auto kernel = sddmm_dot_kernel<scalar_t, acc_t, index_t, LANES, VEC, kSddmmUnroll, PASSES>;
+  const auto kernel = sddmm_dot_kernel<scalar_t, acc_t, index_t, LANES, VEC, kSddmmUnroll>;
   constexpr int64_t kGroupsPerBlock = kSddmmThreadsPerBlock / LANES;
   static const int64_t per_sm = blocks_per_sm(kernel);  // one instantiation, one kernel
   const int64_t E = a_index.numel(), H = a.size(1);
@@ -95,16 +95,8 @@ void launch_dot(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_in
   const bool narrow = fits_int32(E, H, a, b);
   auto launch = [&](auto lanes_tag) {
     constexpr int LANES = decltype(lanes_tag)::value;
-    auto with_passes = [&](auto passes_tag) {
-      constexpr int PASSES = decltype(passes_tag)::value;
-      narrow ? launch_dot_with<scalar_t, int32_t, LANES, VEC, PASSES>(a, b, a_index, b_index, out, stream)
-             : launch_dot_with<scalar_t, int64_t, LANES, VEC, PASSES>(a, b, a_index, b_index, out, stream);
-    };
-    // Two kept slices cost registers that one pass does not need: only where D needs them.
-    if constexpr (LANES == 32) {
-      if (D > LANES * VEC) return with_passes(std::integral_constant<int, 2>{});
-    }
-    with_passes(std::integral_constant<int, 1>{});
+    narrow ? launch_dot_with<scalar_t, int32_t, LANES, VEC>(a, b, a_index, b_index, out, stream)
+           : launch_dot_with<scalar_t, int64_t, LANES, VEC>(a, b, a_index, b_index, out, stream);
   };
   switch (lanes) {
     case 1: launch(std::integral_constant<int, 1>{}); break;

@@ -50,14 +50,13 @@ __device__ __forceinline__ void reduce_all(acc_t (&v)[UNROLL]) {
 // (chunk, head), heads fastest, so neighbouring groups read neighbouring heads of a row). It walks
 // them UNROLL edges at a time, all their rows of a in flight at once. Edges are usually sorted by
 // b_index (destination), so consecutive edges share b's row: a lane keeps its slice of the last
-// row of b in registers (when D fits PASSES passes of LANES * VEC; PASSES 2 for whole-warp groups
-// past one pass, so that D = 256 does not reload b every edge) and reloads it only when the row
+// row of b in registers (when D fits one pass of LANES * VEC) and reloads it only when the row
 // changes. The UNROLL partial dots are then summed over the group.
 // index_t counts edges, items and element offsets: int32 where they fit (the launcher checks),
 // which took the kernel from 80 to 63 registers and 3 to 4 resident blocks (H100, arxiv_like
 // D = 64: 0.126 -> 0.089 ms with the launcher's grid). Offsets too: widening only them to 64 bits
 // cost 6-25% (0.110 vs 0.096 ms there, cold L2).
-template <typename scalar_t, typename acc_t, typename index_t, int LANES, int VEC, int UNROLL, int PASSES>
+template <typename scalar_t, typename acc_t, typename index_t, int LANES, int VEC, int UNROLL>
 __global__ void __launch_bounds__(kSddmmThreadsPerBlock)
     sddmm_dot_kernel(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b,
                      const int64_t* __restrict__ a_index, const int64_t* __restrict__ b_index,
@@ -69,7 +68,7 @@ __global__ void __launch_bounds__(kSddmmThreadsPerBlock)
   const index_t items = (num_edges + chunk - 1) / chunk * heads;
   const index_t groups_per_grid = static_cast<index_t>(gridDim.x) * (blockDim.x / LANES);
   const index_t pass = static_cast<index_t>(LANES) * VEC;
-  const bool kept = dim <= pass * PASSES;  // b's slice fits PASSES vectors per lane: keep it
+  const bool one_pass = dim <= pass;  // b's slice fits one vector per lane: keep it
   // Every group of a warp runs the same iterations (items rounded up per warp, edges up to the
   // chunk), so the shuffles always see the full warp.
   const index_t warp_first =
@@ -83,10 +82,8 @@ __global__ void __launch_bounds__(kSddmmThreadsPerBlock)
     }
     const index_t e_lo = item < items ? run * chunk : num_edges;
     const index_t e_hi = min(e_lo + chunk, num_edges);
-    Vector vb[PASSES];  // this lane's slice of a row of b, per pass (kept only)
-    index_t cached_j[PASSES];  // the row each slice holds
-#pragma unroll
-    for (int p = 0; p < PASSES; ++p) cached_j[p] = -1;
+    index_t cached_j = -1;  // the row of b whose slice vb holds (one pass only)
+    Vector vb;
     for (index_t k = 0; k < chunk; k += UNROLL) {
       const scalar_t* row_a[UNROLL];  // null where the edge is past the run or out of range
       index_t j[UNROLL];
@@ -102,9 +99,7 @@ __global__ void __launch_bounds__(kSddmmThreadsPerBlock)
       acc_t dot[UNROLL];
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) dot[u] = acc_t(0);
-      // Adds the products of features d .. d + VEC - 1; `slice` holds b's, reloaded when the
-      // edge's row differs from `slice_row` (always where the slices are not kept).
-      auto accumulate = [&](index_t d, Vector& slice, index_t& slice_row, bool keep) {
+      for (index_t d = static_cast<index_t>(lane) * VEC; d < dim; d += pass) {
         Vector va[UNROLL];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
@@ -112,24 +107,13 @@ __global__ void __launch_bounds__(kSddmmThreadsPerBlock)
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
           if (!row_a[u]) continue;
-          if (!keep || j[u] != slice_row) {
-            slice = *reinterpret_cast<const Vector*>(b + (j[u] * heads + h) * dim + d);
-            slice_row = keep ? j[u] : index_t(-1);
+          if (!one_pass || j[u] != cached_j) {
+            vb = *reinterpret_cast<const Vector*>(b + (j[u] * heads + h) * dim + d);
+            cached_j = one_pass ? j[u] : index_t(-1);
           }
 #pragma unroll
-          for (int v = 0; v < VEC; ++v) dot[u] += static_cast<acc_t>(va[u].v[v]) * static_cast<acc_t>(slice.v[v]);
+          for (int v = 0; v < VEC; ++v) dot[u] += static_cast<acc_t>(va[u].v[v]) * static_cast<acc_t>(vb.v[v]);
         }
-      };
-      if (kept) {
-#pragma unroll
-        for (int p = 0; p < PASSES; ++p) {
-          const index_t d = static_cast<index_t>(lane) * VEC + p * pass;
-          if (d < dim) accumulate(d, vb[p], cached_j[p], true);
-        }
-      } else {
-        Vector slice;
-        index_t none = -1;
-        for (index_t d = static_cast<index_t>(lane) * VEC; d < dim; d += pass) accumulate(d, slice, none, false);
       }
       // An invalid edge's dot stayed 0 on every lane, so totals are written as they are.
       reduce_all<LANES, UNROLL>(dot);
