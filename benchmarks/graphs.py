@@ -315,6 +315,6 @@ def _zoo_graph(name: str) -> Data:
 
 def _save(value, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".tmp")
+    partial = path.with_suffix(f".{os.getpid()}.tmp")  # one per process: test workers build alike
     torch.save(value, partial)
     partial.replace(path)  # never a half-written file under the final name

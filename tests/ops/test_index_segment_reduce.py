@@ -4,6 +4,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import pyg_fast
 from pyg_fast.testing import DEVICES, DTYPES, assert_close, poison_allocator, scatter_reference
+from tests.conftest import ZOO_TEST_GRAPHS
 
 REDUCES = ["sum", "mean", "max", "min"]
 
@@ -360,3 +361,19 @@ def test_new_weights_replace_the_kept_one():
     entries = _layout._CACHE[id(_layout.storage_owner(perm))][1]
     kept = [value for key, value in entries.items() if key[0][0] == "weight_in_order"]
     assert len(kept) == 1 and kept[0][0]() is w
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("graph", ZOO_TEST_GRAPHS)
+@pytest.mark.parametrize("reduce", ["sum", "max"])
+def test_on_zoo_graphs(device, graph, reduce, zoo_graph):
+    """The schedules the selector picks for the zoo's graphs (on CUDA: the first call's choice
+    from the sizes, then the reused graph's with its measured skew and layouts) against float64."""
+    edge_index, N = zoo_graph(graph)
+    src, dst = edge_index.to(device)
+    x = torch.randn(N, 32, device=device)
+    weight = torch.randn(src.numel(), device=device) if reduce == "sum" else None
+    ref = reference(x, src, dst, weight, N, reduce)
+    for _ in range(3):
+        out = pyg_fast.index_weight_segment_reduce(x, src, dst, weight, N, reduce)
+        assert_close(out, ref, torch.float32, scale=4)

@@ -3,6 +3,7 @@ import torch
 
 from pyg_fast.ops import sddmm
 from pyg_fast.testing import DEVICES, DTYPES, assert_close
+from tests.conftest import ZOO_TEST_GRAPHS
 
 OPS = {
     "dot": lambda x, y: (x * y).sum(-1),
@@ -65,6 +66,18 @@ def test_dot_on_a_graph_with_hubs(device, dtype, shape):
     a_index, b_index = a_index.to(device), b_index.to(device)
     out = sddmm(a.to(device, dtype), b.to(device, dtype), a_index, b_index, "dot")
     assert_close(out, ref.to(device), dtype, scale=4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("graph", ZOO_TEST_GRAPHS)
+def test_dot_on_zoo_graphs(device, graph, zoo_graph):
+    edge_index, N = zoo_graph(graph)
+    a = torch.randn(N, 2, 32, dtype=torch.float64)
+    b = torch.randn(N, 2, 32, dtype=torch.float64)
+    src, dst = edge_index
+    ref = (a[src] * b[dst]).sum(-1)
+    out = sddmm(a.float().to(device), b.float().to(device), src.to(device), dst.to(device), "dot")
+    assert_close(out, ref.to(device), torch.float32, scale=4)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.mem_get_info()[0] < 6 * 2 ** 30,
