@@ -74,8 +74,8 @@ def sweep_graphs(device: str, quick: bool, only=None, zoo: bool = False):
     destinations sorted: generated power laws and the benchmarks' graphs, or with ``zoo`` the
     zoo's graphs that are not among those."""
     if zoo:
-        for name in benchmarks.graphs.ZOO:
-            if name not in BENCHMARK_GRAPHS and (only is None or name in only):
+        for name in zoo_graph_names():
+            if only is None or name in only:
                 data = benchmarks.graphs.load_graph(name)
                 yield name, data.edge_index[0].to(device), data.edge_index[1].to(device), data.num_nodes
         return
@@ -96,6 +96,11 @@ def sweep_graphs(device: str, quick: bool, only=None, zoo: bool = False):
             continue
         data = load_sweep_graph(name, "cpu")
         yield name, data.edge_index[0].to(device), data.edge_index[1].to(device), data.num_nodes
+
+
+def zoo_graph_names() -> tuple:
+    """The zoo's graphs beyond the sweep's own (``BENCHMARK_GRAPHS``)."""
+    return tuple(name for name in benchmarks.graphs.ZOO if name not in BENCHMARK_GRAPHS)
 
 
 FEATURE_SIZES = (1, 4, 16, 32, 64, 128)
@@ -208,6 +213,11 @@ def fit_weights(results) -> list:
     return best[2]
 
 
+def input_key(result) -> tuple:
+    """What identifies an input of a sweep: its graph, F, and direct or gathered rows."""
+    return result["graph"], result["F"], result["gather"]
+
+
 def merged(old, new, changed=None):
     """The ``old`` sweep results with every input that ``new`` measured again replaced by ``new``'s.
 
@@ -215,15 +225,14 @@ def merged(old, new, changed=None):
     any other schedule keeps the lower of its two timings: the same kernel measured twice, where a
     host stall or another tenant can only add time (small inputs, where a window may catch the
     host, move by up to 30x between sweeps)."""
-    key = lambda r: (r["graph"], r["F"], r["gather"])
-    fresh = {key(r) for r in new}
-    results = [r for r in old if key(r) not in fresh]
+    fresh = {input_key(r) for r in new}
+    results = [r for r in old if input_key(r) not in fresh]
     if changed is None:
         return results + list(new)
-    earlier = {key(r): r for r in old}
+    earlier = {input_key(r): r for r in old}
     config = lambda t: tuple(sorted((k, v) for k, v in t.items() if k != "ms"))
     for r in new:
-        before = {config(t): t["ms"] for t in earlier.get(key(r), {}).get("all", [])}
+        before = {config(t): t["ms"] for t in earlier.get(input_key(r), {}).get("all", [])}
         timings = [(t["ms"] if t["schedule"] in changed else min(t["ms"], before.get(config(t), t["ms"])),
                     {k: v for k, v in t.items() if k != "ms"}) for t in r["all"]]
         results.append(dict(r, **_bests(timings), all=[dict(ms=ms, **p) for ms, p in timings]))

@@ -37,22 +37,3 @@ def _route(request, monkeypatch):
     monkeypatch.setattr(tuning, "COO_MAX_ELEMENTS", {"cpu": limit, "cuda": limit})
     return route
 
-
-# Small graphs of the benchmark zoo (benchmarks/graphs.py) with other shapes than the tests' own:
-# dense rows with a hub (tolokers), a grid (minesweeper), bipartite, heterogeneous projections.
-ZOO_TEST_GRAPHS = ("cora", "citeseer", "tolokers", "minesweeper", "wordnet18rr", "imdb_homogeneous", "bipartite")
-
-
-@pytest.fixture
-def zoo_graph():
-    """Loads a zoo graph's ``edge_index`` (sorted by destination) and node count; skips where the
-    offline datasets are not next to this checkout."""
-    from benchmarks.graphs import load_graph
-
-    def load(name: str):
-        try:
-            data = load_graph(name)
-        except FileNotFoundError as exc:
-            pytest.skip(str(exc))
-        return data.edge_index, data.num_nodes
-    return load

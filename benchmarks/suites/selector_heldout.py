@@ -1,7 +1,7 @@
 """Suite "selector_heldout": the schedule selector on graphs it was not fitted on.
 
-On each graph of the zoo (``benchmarks.graphs.ZOO``; with ``--quick`` the quick graphs) beyond the
-sweep's own (``benchmarks.tune_segment.BENCHMARK_GRAPHS``), every configuration of the tuning grid
+On each graph of the zoo beyond the sweep's own (``benchmarks.tune_segment.zoo_graph_names``; with
+``--quick`` the quick graphs), every configuration of the tuning grid
 is timed per F, for the direct reduction (op ``segment_reduce``) and the gathered one (op ``spmm``,
 ``index_segment_reduce``): ``benchmarks.tune_segment.sweep_graph``. The selector's pick for an
 input is the nearest entry of a rule table without that graph's inputs: the shipped sweeps
@@ -18,9 +18,9 @@ import os
 from pathlib import Path
 
 from benchmarks.common import Recorder
-from benchmarks.graphs import QUICK_GRAPHS, ZOO, load_graph, selected
-from benchmarks.tune_segment import (BENCHMARK_GRAPHS, ZOO_FEATURE_SIZES, feature_sizes_of, nearest, picked_ms,
-                                     read_jsonl, sweep_graph)
+from benchmarks.graphs import QUICK_GRAPHS, load_graph, selected
+from benchmarks.tune_segment import (ZOO_FEATURE_SIZES, feature_sizes_of, input_key, merged, nearest, picked_ms,
+                                     read_jsonl, sweep_graph, zoo_graph_names)
 from pyg_fast import tuning
 
 SUITE = "selector_heldout"
@@ -30,15 +30,14 @@ QUICK_FEATURE_SIZES = (1, 16)
 
 
 def held_out_graphs(quick: bool) -> tuple:
-    return selected(QUICK_GRAPHS if quick else tuple(g for g in ZOO if g not in BENCHMARK_GRAPHS))
+    return selected(QUICK_GRAPHS if quick else zoo_graph_names())
 
 
 def heldout_records(results: list, shipped: list, weights) -> list:
     """(case, selector ms, selector config, best ms, best config) for every input of ``results``,
     its pick taken from the other graphs' inputs of ``shipped`` and ``results`` (this run's rows
     replacing shipped ones of the same input)."""
-    key = lambda r: (r["graph"], r["F"], r["gather"])
-    pool = list({**{key(o): o for o in shipped}, **{key(o): o for o in results}}.values())
+    pool = merged(shipped, results)
     out = []
     for r in results:
         table = [o for o in pool if o["graph"] != r["graph"]]
@@ -51,7 +50,7 @@ def heldout_records(results: list, shipped: list, weights) -> list:
 def run(rec: Recorder, device, quick: bool = False) -> None:
     shipped = [r for path in SHIPPED_SWEEPS for r in read_jsonl(path)]
     sink = os.environ.get("PYG_FAST_SWEEP_JSONL")
-    earlier = {(r["graph"], r["F"], r["gather"]): r for r in read_jsonl(sink)} if sink and os.path.exists(sink) else {}
+    earlier = {input_key(r): r for r in read_jsonl(sink)} if sink and os.path.exists(sink) else {}
     sizes = QUICK_FEATURE_SIZES if quick else ZOO_FEATURE_SIZES
     results = []
     for name in held_out_graphs(quick):

@@ -4,7 +4,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import pyg_fast
 from pyg_fast.testing import DEVICES, DTYPES, assert_close, poison_allocator, scatter_reference
-from tests.conftest import ZOO_TEST_GRAPHS
+from tests._zoo import ZOO_TEST_GRAPHS, zoo_graph
 
 REDUCES = ["sum", "mean", "max", "min"]
 
@@ -366,7 +366,7 @@ def test_new_weights_replace_the_kept_one():
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("graph", ZOO_TEST_GRAPHS)
 @pytest.mark.parametrize("reduce", ["sum", "max"])
-def test_on_zoo_graphs(device, graph, reduce, zoo_graph):
+def test_on_zoo_graphs(device, graph, reduce):
     """The schedules the selector picks for the zoo's graphs (on CUDA: the first call's choice
     from the sizes, then the reused graph's with its measured skew and layouts) against float64."""
     edge_index, N = zoo_graph(graph)

@@ -3,7 +3,7 @@ import torch
 
 from pyg_fast.ops import sddmm
 from pyg_fast.testing import DEVICES, DTYPES, assert_close
-from tests.conftest import ZOO_TEST_GRAPHS
+from tests._zoo import ZOO_TEST_GRAPHS, zoo_graph
 
 OPS = {
     "dot": lambda x, y: (x * y).sum(-1),
@@ -70,7 +70,7 @@ def test_dot_on_a_graph_with_hubs(device, dtype, shape):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("graph", ZOO_TEST_GRAPHS)
-def test_dot_on_zoo_graphs(device, graph, zoo_graph):
+def test_dot_on_zoo_graphs(device, graph):
     edge_index, N = zoo_graph(graph)
     a = torch.randn(N, 2, 32, dtype=torch.float64)
     b = torch.randn(N, 2, 32, dtype=torch.float64)
