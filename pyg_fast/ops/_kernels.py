@@ -385,6 +385,11 @@ def _(src, index, num_rows, is_max):
     return src.new_empty(num_rows, src.size(1)), index.new_empty(1)
 
 
+@torch.library.register_fake("pyg_fast::scatter_extremum_backward")
+def _(grad_out, src, index, out):
+    return torch.empty_like(src)
+
+
 def coo_reported(op, src2: Tensor, index: Tensor, size: int, name: str, size_name: str, *args) -> Tensor:
     """``op(src2, index, size, *args)`` for a COO op that returns ``(out, flags)``
     (``pyg_fast::scatter_extremum``, ``pyg_fast::edge_softmax_coo``: rows or edges of ``src2`` in

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 import pyg_fast
-from pyg_fast.testing import DEVICES, DTYPES, assert_close, poison_allocator, scatter_reference
+from pyg_fast.testing import DEVICES, DTYPES, REL_TOL, assert_close, poison_allocator, rel_err, scatter_reference
 
 REDUCES = ["sum", "mean", "max", "min"]
 
@@ -90,6 +90,44 @@ def test_backward_matches_float64(device, dtype, reduce):
     ref_x = src.double().requires_grad_()
     scatter_reference(ref_x, index, 40, reduce).backward(grad.double())
     assert_close(x.grad, ref_x.grad, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_backward_on_a_hub_segment(device, reduce):
+    """Gradients where one segment holds most rows, on every route: a CSR pointer, an index in order,
+    an unsorted index on its first use (atomics; max/min: scatter_extremum) and reused (grouped),
+    and the weighted gather-reduce; ties inside the hub and in small segments."""
+    from pyg_fast.ops import _layout
+    num_rows, dim_size = 30_000, 64
+    index = random_index(num_rows, dim_size, device, huge_segment=True)
+    src = torch.randint(-3, 4, (num_rows, 8), device=device).float()  # few values: many ties
+    grad = torch.randn(dim_size, 8, device=device)
+    ref_x = src.double().requires_grad_()
+    scatter_reference(ref_x, index, dim_size, reduce).backward(grad.double())
+    perm = torch.randperm(num_rows, device=device)
+    ptr = torch._convert_indices_from_coo_to_csr(index, dim_size)
+    unsorted_index = index[perm]
+    routes = {  # route: (the call on rows x, calls made before the one checked)
+        "ptr": (lambda x: pyg_fast.segment_reduce(x, ptr=ptr, reduce=reduce), 0),
+        "sorted": (lambda x: pyg_fast.segment_reduce(x, index, dim_size=dim_size, reduce=reduce, sorted=True), 0),
+        "unsorted": (lambda x: pyg_fast.segment_reduce(x[perm], unsorted_index, dim_size=dim_size, reduce=reduce),
+                     _layout.REUSED_FROM_USE - 1)}
+    for use in (1, _layout.REUSED_FROM_USE):  # an unsorted index on its first use, then reused
+        for name, (call, before) in routes.items():
+            for _ in range(1 + (before if use > 1 else 0)):
+                x = src.clone().requires_grad_()
+                call(x).backward(grad)
+            err = rel_err(x.grad, ref_x.grad)
+            assert err <= REL_TOL[torch.float32], f"{name}, use {use}: relative error {err:.3g}"
+    # the weighted gather-reduce: rows x[src_index] * weight
+    x = torch.randint(-3, 4, (500, 8), device=device).float().requires_grad_()
+    src_index = torch.randint(0, 500, (num_rows,), device=device)
+    weight = torch.randint(1, 3, (num_rows,), device=device).float()
+    pyg_fast.index_weight_segment_reduce(x, src_index, index, weight, dim_size, reduce=reduce).backward(grad)
+    ref_x = x.detach().double().requires_grad_()
+    scatter_reference(ref_x[src_index] * weight.double()[:, None], index, dim_size, reduce).backward(grad.double())
+    assert_close(x.grad, ref_x.grad, torch.float32)
 
 
 @pytest.mark.parametrize("reduce", REDUCES)

@@ -1,4 +1,5 @@
-// CPU kernel of scatter_extremum: one pass over the rows (their segments come in any order).
+// CPU kernels of scatter_extremum and its backward: passes over the rows (their segments come in
+// any order).
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/core/Tensor.h>
@@ -51,8 +52,41 @@ std::tuple<at::Tensor, at::Tensor> scatter_extremum(const at::Tensor& src, const
   return {out, flags};
 }
 
+// Two passes: the rows equal to their segment's extremum counted per feature, then grad_out split
+// among them.
+at::Tensor scatter_extremum_backward(const at::Tensor& grad_out, const at::Tensor& src, const at::Tensor& index,
+                                     const at::Tensor& out) {
+  check_scatter_extremum_backward_args(grad_out, src, index, out);
+  const int64_t E = src.size(0), F = src.size(1), V = out.size(0);
+  auto grad_src = at::zeros({E, F}, src.options());
+  const int64_t* d = index.const_data_ptr<int64_t>();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "scatter_extremum_backward", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const scalar_t* s = src.const_data_ptr<scalar_t>();
+    const scalar_t* o = out.const_data_ptr<scalar_t>();
+    const scalar_t* g = grad_out.const_data_ptr<scalar_t>();
+    scalar_t* gs = grad_src.mutable_data_ptr<scalar_t>();
+    const auto hit = [&](int64_t e, int64_t f) {
+      return static_cast<acc_t>(s[e * F + f]) == static_cast<acc_t>(o[d[e] * F + f]);
+    };
+    std::vector<acc_t> ties(V * F, acc_t(0));
+    for (int64_t e = 0; e < E; ++e)
+      if (d[e] >= 0 && d[e] < V)
+        for (int64_t f = 0; f < F; ++f)
+          if (hit(e, f)) ties[d[e] * F + f] += acc_t(1);
+    for (int64_t e = 0; e < E; ++e)
+      if (d[e] >= 0 && d[e] < V)
+        for (int64_t f = 0; f < F; ++f)
+          if (hit(e, f)) gs[e * F + f] = static_cast<scalar_t>(static_cast<acc_t>(g[d[e] * F + f]) / ties[d[e] * F + f]);
+  });
+  return grad_src;
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(pyg_fast, CPU, m) { m.impl("scatter_extremum", &scatter_extremum); }
+TORCH_LIBRARY_IMPL(pyg_fast, CPU, m) {
+  m.impl("scatter_extremum", &scatter_extremum);
+  m.impl("scatter_extremum_backward", &scatter_extremum_backward);
+}
 
 }  // namespace pyg_fast::cpu

@@ -72,22 +72,20 @@ at::Tensor index_segment_reduce_extremum_backward(const at::Tensor& grad_out, co
   const c10::cuda::CUDAGuard guard(x.device());
   const int64_t F = x.size(1), V = ptr.numel() - 1, E = src_index.numel();
   const int64_t head_dim = weight ? F / weight->size(1) : F;
-  auto grad_msg = at::zeros({E, F}, x.options());
-  if (grad_msg.numel() == 0 || V == 0) return grad_msg;
+  auto grad_msg = at::empty({E, F}, x.options());  // every entry written
+  if (grad_msg.numel() == 0) return grad_msg;
+  if (V == 0) return grad_msg.zero_();
   const at::Tensor g = grad_out.contiguous(), best = out.contiguous();
   SegmentConfig c = SegmentConfig::plain(F, head_dim, x.element_size());
   c.align_to({x.const_data_ptr(), g.const_data_ptr(), best.const_data_ptr(), grad_msg.const_data_ptr()},
              x.element_size());
+  const at::Tensor seg = row_segments(ptr, E);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(),
                                   "index_segment_reduce_extremum_backward", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     with_gathered_rows<scalar_t>(c, x, src_index, weight, [&](const auto& rows) {
       constexpr int VEC = std::decay_t<decltype(rows)>::kVec;
-      segment_extremum_backward_kernel<scalar_t, acc_t, VEC>
-          <<<grid_for(V, c), c.threads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-              ptr.const_data_ptr<int64_t>(), V, 1, Groups{c.lanes}, rows, g.const_data_ptr<scalar_t>(),
-              best.const_data_ptr<scalar_t>(), grad_msg.mutable_data_ptr<scalar_t>());
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      launch_extremum_backward<scalar_t, acc_t, VEC>(rows, seg, V, 1, best, g, grad_msg);
     });
   });
   return grad_msg;

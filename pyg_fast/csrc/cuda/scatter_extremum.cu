@@ -1,4 +1,5 @@
-// CUDA binding of scatter_extremum; kernels in kernels/scatter_extremum.cuh.
+// CUDA bindings of scatter_extremum and its backward; kernels in kernels/scatter_extremum.cuh and
+// (the backward's, shared with the grouped reductions) kernels/segment_backward.cuh.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/core/Tensor.h>
@@ -16,6 +17,7 @@
 
 #include "../ops/scatter_extremum.h"
 #include "coo_launch.cuh"
+#include "segment_launch.cuh"
 #include "kernels/scatter_extremum.cuh"
 
 namespace pyg_fast::cuda {
@@ -67,8 +69,34 @@ std::tuple<at::Tensor, at::Tensor> scatter_extremum(const at::Tensor& src, const
   return {out, flags};
 }
 
+// The rows' segments are the index itself (rows out of range get 0).
+at::Tensor scatter_extremum_backward(const at::Tensor& grad_out, const at::Tensor& src, const at::Tensor& index,
+                                     const at::Tensor& out) {
+  check_scatter_extremum_backward_args(grad_out, src, index, out);
+  const c10::cuda::CUDAGuard guard(src.device());
+  const int64_t E = src.size(0), F = src.size(1), V = out.size(0);
+  auto grad_src = at::empty({E, F}, src.options());  // every entry written
+  if (grad_src.numel() == 0) return grad_src;
+  if (V == 0) return grad_src.zero_();
+  SegmentConfig c = SegmentConfig::plain(F, F, src.element_size());
+  c.align_to({src.const_data_ptr(), out.const_data_ptr(), grad_out.const_data_ptr(), grad_src.const_data_ptr()},
+             src.element_size());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "scatter_extremum_backward", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    dispatch_vec<scalar_t>(c.vec, [&](auto vec) {
+      constexpr int VEC = decltype(vec)::value;
+      const DirectRows<scalar_t, VEC> rows{src.const_data_ptr<scalar_t>(), E, F};
+      launch_extremum_backward<scalar_t, acc_t, VEC>(rows, index, V, 1, out, grad_out, grad_src);
+    });
+  });
+  return grad_src;
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(pyg_fast, CUDA, m) { m.impl("scatter_extremum", &scatter_extremum); }
+TORCH_LIBRARY_IMPL(pyg_fast, CUDA, m) {
+  m.impl("scatter_extremum", &scatter_extremum);
+  m.impl("scatter_extremum_backward", &scatter_extremum_backward);
+}
 
 }  // namespace pyg_fast::cuda

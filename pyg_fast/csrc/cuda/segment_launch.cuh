@@ -231,6 +231,37 @@ at::Tensor carry_buffer(int64_t batch, int64_t count, int64_t num_features, cons
   return at::empty({batch, count, 2, num_features}, out.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
 }
 
+// The segment of every row of `ptr` over `num_rows` rows, -1 outside every segment: what the
+// backward kernels (kernels/segment_backward.cuh) read a row's segment from.
+inline at::Tensor row_segments(const at::Tensor& ptr, int64_t num_rows) {
+  auto seg = at::empty({num_rows}, ptr.options());
+  if (num_rows == 0) return seg;
+  row_segments_kernel<int64_t><<<grid_for(num_rows, kRowThreads), kRowThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+      ptr.const_data_ptr<int64_t>(), ptr.numel() - 1, num_rows, seg.mutable_data_ptr<int64_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return seg;
+}
+
+// The gradient of a max/min reduction w.r.t. its rows into grad_rows [B, E, F] (every entry
+// written): rows `rows` of the segments `seg` (row_segments, or a COO index: values outside [0,
+// V) skipped), the stored extremum `out` [B, V, F] and `grad_out` of its shape, both contiguous.
+template <typename scalar_t, typename acc_t, int VEC, typename Rows>
+void launch_extremum_backward(const Rows& rows, const at::Tensor& seg, int64_t num_segments, int64_t batch,
+                              const at::Tensor& out, const at::Tensor& grad_out, at::Tensor& grad_rows) {
+  const at::Tensor ties = at::zeros({batch, num_segments, rows.num_features},
+                                    out.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
+  const int64_t grid = grid_for(batch * rows.num_rows * (rows.num_features / VEC), kRowThreads);
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  extremum_ties_kernel<scalar_t, acc_t, VEC><<<grid, kRowThreads, 0, stream>>>(
+      rows, seg.const_data_ptr<int64_t>(), num_segments, batch, out.const_data_ptr<scalar_t>(),
+      ties.mutable_data_ptr<acc_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  extremum_route_kernel<scalar_t, acc_t, VEC><<<grid, kRowThreads, 0, stream>>>(
+      rows, seg.const_data_ptr<int64_t>(), num_segments, batch, out.const_data_ptr<scalar_t>(),
+      grad_out.const_data_ptr<scalar_t>(), ties.const_data_ptr<acc_t>(), grad_rows.mutable_data_ptr<scalar_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 // The chunk and edges schedules: one pass over chunks of rows, then the fixup pass over the segments
 // combines the ones that cross chunks and writes the empty ones. A row source with int32 indices
 // (Rows::kNarrowIndex) takes the edges schedule here, never the chunk one.

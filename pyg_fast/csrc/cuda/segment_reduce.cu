@@ -43,35 +43,33 @@ at::Tensor segment_reduce_backward(const at::Tensor& grad_out, const std::option
   const bool extremum = check_segment_reduce_backward_args(grad_out, src_opt, out_opt, ptr, op);
   const c10::cuda::CUDAGuard guard(grad_out.device());
   const int64_t B = grad_out.size(0), V = grad_out.size(1), F = grad_out.size(2), E = num_rows;
-  // Rows outside every segment get no gradient.
-  auto grad_src = at::zeros({B, E, F}, grad_out.options());
-  if (grad_src.numel() == 0 || V == 0) return grad_src;
+  // Every entry is written: rows outside every segment get 0.
+  auto grad_src = at::empty({B, E, F}, grad_out.options());
+  if (grad_src.numel() == 0) return grad_src;
+  if (V == 0) return grad_src.zero_();
   const at::Tensor src = extremum ? src_opt->contiguous() : grad_out;
   const at::Tensor out = extremum ? out_opt->contiguous() : grad_out;
   SegmentConfig c = SegmentConfig::plain(F, F, grad_out.element_size());
   c.align_to({grad_out.const_data_ptr(), src.const_data_ptr(), out.const_data_ptr(), grad_src.const_data_ptr()},
              grad_out.element_size());
-  auto stream = c10::cuda::getCurrentCUDAStream();
-  const Groups groups{c.lanes};
+  const at::Tensor seg = row_segments(ptr, E);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_out.scalar_type(), "segment_reduce_backward", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     dispatch_vec<scalar_t>(c.vec, [&](auto vec) {
       constexpr int VEC = decltype(vec)::value;
-      const int64_t grid = grid_for(B * V, c);
-      const int64_t* p = ptr.const_data_ptr<int64_t>();
-      const scalar_t* g = grad_out.const_data_ptr<scalar_t>();
-      scalar_t* gs = grad_src.mutable_data_ptr<scalar_t>();
       if (extremum) {
         const DirectRows<scalar_t, VEC> rows{src.const_data_ptr<scalar_t>(), E, F};
-        segment_extremum_backward_kernel<scalar_t, acc_t, VEC><<<grid, c.threads, 0, stream>>>(
-            p, V, B, groups, rows, g, out.const_data_ptr<scalar_t>(), gs);
-      } else if (op == Reduce::Mean) {
-        segment_spread_backward_kernel<scalar_t, acc_t, Reduce::Mean, VEC>
-            <<<grid, c.threads, 0, stream>>>(p, V, B, E, F, groups, g, gs);
-      } else {
-        segment_spread_backward_kernel<scalar_t, acc_t, Reduce::Sum, VEC>
-            <<<grid, c.threads, 0, stream>>>(p, V, B, E, F, groups, g, gs);
+        launch_extremum_backward<scalar_t, acc_t, VEC>(rows, seg, V, B, out, grad_out, grad_src);
+        return;
       }
+      const int64_t grid = grid_for(B * E * (F / VEC), kRowThreads);
+      const auto spread = [&](auto kernel) {
+        kernel<<<grid, kRowThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+            ptr.const_data_ptr<int64_t>(), seg.const_data_ptr<int64_t>(), V, B, E, F,
+            grad_out.const_data_ptr<scalar_t>(), grad_src.mutable_data_ptr<scalar_t>());
+      };
+      if (op == Reduce::Mean) spread(segment_spread_backward_kernel<scalar_t, acc_t, Reduce::Mean, VEC>);
+      else spread(segment_spread_backward_kernel<scalar_t, acc_t, Reduce::Sum, VEC>);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });

@@ -13,6 +13,9 @@ TORCH_LIBRARY_FRAGMENT(pyg_fast, m) {
   // with none; src [E, F], out [num_rows, F]. A row whose index is out of range is skipped and
   // raises flags[0] (int64 [1]). With atomics on CUDA (the result does not depend on their order).
   m.def("scatter_extremum(Tensor src, Tensor index, SymInt num_rows, bool is_max) -> (Tensor out, Tensor flags)");
+  // Its gradient w.r.t. src: grad_out[index[e], f] split evenly among the rows e that equal their
+  // segment's extremum out[index[e], f], 0 for the other rows (and for rows out of range).
+  m.def("scatter_extremum_backward(Tensor grad_out, Tensor src, Tensor index, Tensor out) -> Tensor");
 }
 
 namespace pyg_fast {
@@ -28,9 +31,13 @@ Outputs scatter_extremum_op(const at::Tensor& src, const at::Tensor& index, c10:
   return op.call(src, index, std::move(num_rows), is_max);
 }
 
-// The gradient goes to the rows equal to their segment's extremum, split evenly among ties per
-// feature, as segment_reduce's and torch's scatter_reduce's: composed of torch ops, which a
-// compiled backward fuses.
+at::Tensor scatter_extremum_backward_op(const at::Tensor& grad_out, const at::Tensor& src, const at::Tensor& index,
+                                        const at::Tensor& out) {
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pyg_fast::scatter_extremum_backward", "").typed<
+      at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+  return op.call(grad_out, src, index, out);
+}
+
 class ScatterExtremumFunction : public torch::autograd::Function<ScatterExtremumFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& src, const at::Tensor& index,
@@ -45,17 +52,7 @@ class ScatterExtremumFunction : public torch::autograd::Function<ScatterExtremum
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
     const at::Tensor &src = saved[0], &index = saved[1], &out = saved[2];
-    at::Tensor grad_src;
-    if (out.sym_size(0) == 0) {  // no segment: every row was out of range
-      grad_src = at::zeros_like(src);
-    } else {
-      const at::Tensor valid = index.ge(0).logical_and(index.lt(out.sym_size(0)));
-      const at::Tensor safe = at::where(valid, index, at::zeros_like(index));
-      const at::Tensor hit = src.eq(out.index_select(0, safe)).logical_and(valid.unsqueeze(1));
-      const at::Tensor ties = at::zeros_like(out).index_add(0, safe, hit.to(src.scalar_type()));
-      const at::Tensor share = grads[0].index_select(0, safe).div(ties.index_select(0, safe).clamp_min(1));
-      grad_src = at::where(hit, share, at::zeros_like(share));
-    }
+    const at::Tensor grad_src = scatter_extremum_backward_op(grads[0].contiguous(), src, index, out);
     return {grad_src, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
