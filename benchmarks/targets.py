@@ -271,6 +271,11 @@ def issue27(res: Results, rep: Report) -> None:
     if rows:
         rep.target(27, "fresh_graph: faster than every baseline (slowest case)", min(v for _, v in rows), 1.0,
                    detail=_worst(rows, ("op", "graph", "F")))
+    rows = [(c, by["torch_scatter_reduce"]["ms"] / by["pyg_fast"]["ms"]) for c, by in res.times("segment_reduce_backward")
+            if "torch_scatter_reduce" in by]
+    if rows:
+        rep.target(27, "segment_reduce_backward: forward + backward faster than torch's scatter_reduce (slowest case)",
+                   min(v for _, v in rows), 1.0, detail=_worst(rows, ("graph", "F", "reduce", "order")))
 
 
 def issue28(res: Results, rep: Report) -> None:
