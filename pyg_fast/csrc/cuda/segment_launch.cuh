@@ -39,13 +39,12 @@ struct SegmentConfig {
   int64_t chunk = 256;
   bool builds_groups = false;  // the groups schedule with its layout built by the op (kChooseWithGroups)
 
-  // One group of lanes per row over the features (the backward kernels' layout).
+  // The widest 16-byte-or-less vector that divides the features and `feature_block`: the backward
+  // kernels (a thread per row and vector, kernels/segment_backward.cuh) read only `vec`.
   static SegmentConfig plain(int64_t num_features, int64_t feature_block, int64_t element_size) {
     SegmentConfig c;
     c.vec = static_cast<int>(16 / element_size);
     while (c.vec > 1 && (num_features % c.vec || feature_block % c.vec)) c.vec /= 2;
-    c.lanes = 1;
-    while (c.lanes < 32 && static_cast<int64_t>(c.lanes) * c.vec < num_features) c.lanes *= 2;
     return c;
   }
 
