@@ -127,11 +127,14 @@ std::tuple<at::Tensor, at::Tensor> edge_softmax_coo(const at::Tensor& src, const
       for (int64_t h = 0; h < H; ++h)
         sum[d[e] * H + h] += std::exp(static_cast<acc_t>(s[e * H + h]) - max[d[e] * H + h]);
     }
+    // Scaled by the reciprocal, as edge_softmax above: the same rounding, so that a graph's COO and
+    // grouped routes give the same attention (GAT's output with and without its weights returned).
+    for (acc_t& total : sum) total = acc_t(1) / (total + acc_t(1e-16));
     for (int64_t e = 0; e < E; ++e)
       for (int64_t h = 0; h < H; ++h) {
         const bool ok = d[e] >= 0 && d[e] < V;
-        o[e * H + h] = ok ? static_cast<scalar_t>(std::exp(static_cast<acc_t>(s[e * H + h]) - max[d[e] * H + h]) /
-                                                  (sum[d[e] * H + h] + acc_t(1e-16)))
+        o[e * H + h] = ok ? static_cast<scalar_t>(std::exp(static_cast<acc_t>(s[e * H + h]) - max[d[e] * H + h]) *
+                                                  sum[d[e] * H + h])
                           : scalar_t(0);
       }
     if (bad) flags.fill_(1);
