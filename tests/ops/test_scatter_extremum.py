@@ -15,10 +15,12 @@ def tied_rows(num_rows, num_features, device, dtype):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("reduce", ["max", "min"])
-def test_matches_scatter_reduce_with_ties_and_empty_segments(device, dtype, reduce):
+@pytest.mark.parametrize("num_features", [5, 40])
+def test_matches_scatter_reduce_with_ties_and_empty_segments(device, dtype, reduce, num_features):
     """Values against float64, and the gradient split evenly among ties per feature, as torch's
-    scatter_reduce; segments with no row give 0 and no gradient."""
-    E, F, V = 700, 5, 90
+    scatter_reduce; segments with no row give 0 and no gradient. 40 features: the CPU backward
+    splits them into bands over threads."""
+    E, F, V = 700, num_features, 90
     index = torch.randint(0, 60, (E,), device=device)  # segments 60-89 empty
     src = tied_rows(E, F, device, dtype).requires_grad_()
     out, flags = torch.ops.pyg_fast.scatter_extremum(src, index, V, reduce == "max")
