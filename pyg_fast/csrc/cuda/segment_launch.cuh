@@ -235,7 +235,7 @@ at::Tensor carry_buffer(int64_t batch, int64_t count, int64_t num_features, cons
 inline at::Tensor row_segments(const at::Tensor& ptr, int64_t num_rows) {
   auto seg = at::empty({num_rows}, ptr.options());
   if (num_rows == 0) return seg;
-  row_segments_kernel<int64_t><<<grid_for(num_rows, kRowThreads), kRowThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+  row_segments_kernel<><<<grid_for(num_rows, kRowThreads), kRowThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
       ptr.const_data_ptr<int64_t>(), ptr.numel() - 1, num_rows, seg.mutable_data_ptr<int64_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return seg;

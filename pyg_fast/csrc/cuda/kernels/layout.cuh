@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "../../common/reduce.h"  // PF_HOST_DEVICE
+#include "segment_of.cuh"
 
 namespace pyg_fast::cuda {
 
@@ -44,18 +45,6 @@ PF_HOST_DEVICE int64_t layout_lower_bound(KeyAt key, int64_t n, int64_t target) 
     if (key(mid) < target) lo = mid + 1; else hi = mid;
   }
   return lo;
-}
-
-// The segment of row e of the CSR pointer ptr[0:V+1]: the last r with ptr[r] <= e, clamped into
-// [0, V - 1] (rows past ptr[V], the invalid ones grouped last, get V - 1; callers pass V >= 1).
-PF_HOST_DEVICE int64_t layout_segment_of(const int64_t* __restrict__ ptr, int64_t V, int64_t e) {
-  int64_t lo = 0, hi = V + 1;  // upper bound: first r with ptr[r] > e
-  while (lo < hi) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (ptr[mid] <= e) lo = mid + 1; else hi = mid;
-  }
-  const int64_t r = lo - 1;
-  return r < 0 ? 0 : (r > V - 1 ? V - 1 : r);
 }
 
 // Self loops inserted into a grouping (looped_csr): in a stable grouping of the edges followed by

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "segment_common.cuh"
+#include "segment_of.cuh"
 
 namespace pyg_fast::cuda {
 
@@ -16,22 +17,13 @@ constexpr int kRowThreads = 256;
 
 // The segment of every row e < num_rows of the CSR pointer ptr [V + 1]; -1 for a row outside every
 // segment (before ptr[0], or from ptr[V] on). A template: this header is compiled into several files.
-template <typename index_t>
-__global__ void row_segments_kernel(const index_t* __restrict__ ptr, int64_t num_segments, int64_t num_rows,
-                                    index_t* __restrict__ seg) {
+template <int = 0>
+__global__ void row_segments_kernel(const int64_t* __restrict__ ptr, int64_t num_segments, int64_t num_rows,
+                                    int64_t* __restrict__ seg) {
   const int64_t V = num_segments;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < num_rows;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    if (V == 0 || e < ptr[0] || e >= ptr[V]) {
-      seg[e] = -1;
-      continue;
-    }
-    int64_t lo = 0, hi = V;  // the last r with ptr[r] <= e
-    while (hi - lo > 1) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      if (ptr[mid] <= e) lo = mid; else hi = mid;
-    }
-    seg[e] = lo;
+    seg[e] = V == 0 || e < ptr[0] || e >= ptr[V] ? -1 : layout_segment_of(ptr, V, e);
   }
 }
 
