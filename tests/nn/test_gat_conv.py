@@ -4,7 +4,7 @@ import torch_geometric.nn as pyg_nn
 from torch_geometric import EdgeIndex
 
 import pyg_fast.nn as fast_nn
-from pyg_fast.testing import DEVICES
+from pyg_fast.testing import DEVICES, PygFastOps
 from tests.nn._helpers import compare, random_graph
 
 OPS = {"index_segment_reduce", "edge_softmax", "edge_softmax_backward", "sddmm"}
@@ -70,18 +70,22 @@ def test_attention_weights_in_pyg_order(device):
                                rtol=1e-5, atol=1e-5)
 
 
-def test_output_with_and_without_attention_weights_is_the_same_cpu(route):
+def test_output_with_and_without_attention_weights_is_the_same_cpu(monkeypatch):
     """PyG computes both calls alike, and its tests compare them with torch.allclose's default
-    tolerance: on the COO route, the first call of a new graph (no grouping) and the call that
+    tolerance: the first call of a new graph (the COO route, no grouping) and the call that
     returns the attention (grouped, PyG's edge list) round the softmax alike on the CPU, so the
     outputs are equal. Random inputs over a graph with an existing loop: a COO softmax that divided
     where the grouped one multiplies by the reciprocal gave unequal outputs on 179 of these 200."""
+    from pyg_fast import tuning
+    monkeypatch.setattr(tuning, "COO_MAX_ELEMENTS", {"cpu": 2 ** 62, "cuda": 2 ** 62})  # tests default to grouped
     for seed in range(200):
         torch.manual_seed(seed)
         edge_index = torch.tensor([[0, 1, 2, 3], [0, 0, 1, 1]])  # a new graph every time
         conv = fast_nn.GATConv(8, 32, heads=2, residual=True)
         x = torch.randn(4, 8)
-        out = conv(x, edge_index)
+        with PygFastOps() as log:
+            out = conv(x, edge_index)
+        assert "edge_softmax_coo" in log.ops
         assert torch.equal(conv(x, edge_index, return_attention_weights=True)[0], out), seed
 
 
