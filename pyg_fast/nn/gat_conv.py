@@ -1,3 +1,4 @@
+import functools
 from typing import Optional, Tuple, Union
 
 import torch
@@ -11,11 +12,17 @@ from torch_geometric.utils import add_self_loops, remove_self_loops
 from pyg_fast.nn import _graph
 from pyg_fast.nn._fused import FusedLayer
 from pyg_fast.ops import _layout
-from pyg_fast.ops._kernels import coo_reported, coo_route, gather_rows, gather_scatter, reduce_csr, run
+from pyg_fast.ops._kernels import coo_route, gather_rows, gather_scatter, reduce_csr, run
 from pyg_fast.ops.segment_reduce import segment_reduce
 
 # fill_value reductions of PyG's add_self_loops that run without the loops' count on the host
 _SYNC_FREE_FILLS = ("mean", "add", "sum")
+
+
+def _looped(src: Tensor, dst: Tensor, num_loops: int) -> Tuple[Tensor, Tensor]:
+    """The edge ends with the loops ``i -> i`` for ``i < num_loops`` appended."""
+    loops = torch.arange(num_loops, device=src.device)
+    return torch.cat([src, loops]), torch.cat([dst, loops])
 
 
 class GATConv(FusedLayer, pyg_nn.GATConv):
@@ -116,9 +123,9 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
         destination's output in the call that reports it is off (the grouped route leaves it out)."""
         H, C = self.heads, self.out_channels
         src, dst, names = _graph.endpoints(edge_index, self.flow)
-        if is_loop is not None:
-            loops = torch.arange(is_loop.numel() - src.numel(), device=src.device)
-            src, dst = torch.cat([src, loops]), torch.cat([dst, loops])
+        if is_loop is not None:  # kept with edge_index: the next layer's reports of it are skipped
+            src, dst = _layout.cached(edge_index, ("coo_looped", is_loop.numel(), self.flow),
+                                      functools.partial(_looped, src, dst, is_loop.numel() - src.numel()))
         if src.numel() == 0:
             return h_src.new_zeros(num_dst, H * C)
         alpha = run(torch.ops.pyg_fast.sddmm, alpha_src.unsqueeze(-1), alpha_dst.unsqueeze(-1), src, dst,
@@ -129,8 +136,9 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
         alpha = F.leaky_relu(alpha, self.negative_slope)
         if is_loop is not None:
             alpha = alpha.masked_fill(is_loop.unsqueeze(1), torch.finfo(alpha.dtype).min)
-        _, _, dst_name, dst_size_name = names.split("|")
-        alpha = coo_reported(torch.ops.pyg_fast.edge_softmax_coo, alpha, dst, num_dst, dst_name, dst_size_name)
+        # The softmax's flags are not reported: gather_scatter below reports these destinations
+        # against the same size (a report: ~30 us of host time, H100 host)
+        alpha = run(torch.ops.pyg_fast.edge_softmax_coo, alpha.contiguous(), dst, num_dst)[0]
         alpha = F.dropout(alpha, p=self.dropout, training=self.training)
         return gather_scatter(h_src, src, dst, alpha, num_dst, "sum", names, edge_index)
 

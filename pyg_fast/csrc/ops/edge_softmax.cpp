@@ -77,10 +77,12 @@ class EdgeSoftmaxCooFunction : public torch::autograd::Function<EdgeSoftmaxCooFu
     ctx->save_for_backward({out, index});
     ctx->saved_data["num_nodes"] = std::move(num_nodes);
     ctx->mark_non_differentiable({flags});
+    ctx->set_materialize_grads(false);  // as gather_scatter's: no zero gradient for the flags
     return {out, flags};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (!grads[0].defined()) return variable_list(3);
     static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pyg_fast::edge_softmax_coo_backward", "").typed<
         at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::SymInt)>();
     auto saved = ctx->get_saved_variables();

@@ -46,10 +46,12 @@ class ScatterExtremumFunction : public torch::autograd::Function<ScatterExtremum
     auto [out, flags] = scatter_extremum_op(src, index, num_rows, is_max);
     ctx->save_for_backward({src, index, out});
     ctx->mark_non_differentiable({flags});
+    ctx->set_materialize_grads(false);  // as gather_scatter's: no zero gradient for the flags
     return {out, flags};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (!grads[0].defined()) return variable_list(4);
     auto saved = ctx->get_saved_variables();
     const at::Tensor &src = saved[0], &index = saved[1], &out = saved[2];
     const at::Tensor grad_src = scatter_extremum_backward_op(grads[0].contiguous(), src, index, out);
