@@ -1,8 +1,11 @@
+import torch
 import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
+from torch.nn.parameter import UninitializedParameter
 from torch_geometric.typing import Adj, Size
 
+from pyg_fast.nn import _graph
 from pyg_fast.nn._fused import FusedLayer
 
 
@@ -17,7 +20,11 @@ class SAGEConv(FusedLayer, pyg_nn.SAGEConv):
     ``aggr`` in sum, mean, max and min the aggregation is one gather-fused segment
     reduction over edges grouped by target (cached per graph). Other aggregations
     (lists, LSTM, learnable ones) and the cases listed in
-    :class:`pyg_fast.nn.GCNConv` run PyG's path.
+    :class:`pyg_fast.nn.GCNConv` run PyG's path. A sum or mean into fewer channels
+    than it reads (``out_channels < in_channels``) aggregates :math:`\mathbf{W}_2
+    \mathbf{x}_j` rather than :math:`\mathbf{x}_j` where that costs no more
+    multiplications (no more source than target nodes): the same linear map, each
+    edge moving ``out_channels`` values instead of ``in_channels``.
     """
     propagate_type = {"x": "OptPairTensor"}
 
@@ -28,9 +35,36 @@ class SAGEConv(FusedLayer, pyg_nn.SAGEConv):
         x_src, x_dst, edges = fused
         if self.project and hasattr(self, "lin"):
             x_src = self.lin(x_src).relu()
-        out = self.lin_l(self._aggregate_neighbours(x_src, x_dst, edges, size))
-        if self.root_weight and x_dst is not None:
-            out = out + self.lin_r(x_dst)
+        lin_l, root = self.lin_l, self.root_weight and x_dst is not None
+        if self._transform_first(x_src, x_dst, edges, size, root):
+            # W (sum_j x_j) = sum_j W x_j, also for the mean (an empty mean is 0 either way); lin_l's
+            # bias joins lin_r's product (lin_r has none)
+            out = self._aggregate_neighbours(F.linear(x_src, lin_l.weight), x_dst, edges, size)
+            if root:
+                out = out + F.linear(x_dst, self.lin_r.weight, lin_l.bias)
+            elif lin_l.bias is not None:
+                out = out + lin_l.bias
+        else:
+            out = lin_l(self._aggregate_neighbours(x_src, x_dst, edges, size))
+            if root:
+                out = out + self.lin_r(x_dst)
         if self.normalize:
             out = F.normalize(out, p=2., dim=-1)
         return out
+
+    def _transform_first(self, x_src: Tensor, x_dst, edges, size: Size, root: bool) -> bool:
+        """Whether to aggregate ``lin_l``'s products rather than its inputs: a linear aggregation
+        (sum, mean) into fewer channels, with no more source rows to multiply than target rows,
+        and linear layers whose forward is their weight alone (initialised, no hooks)."""
+        lin_l = self.lin_l
+        if self._reduce() not in ("sum", "mean") or not _plain(lin_l) or (root and not _plain(self.lin_r)):
+            return False
+        out_channels, in_channels = lin_l.weight.shape
+        return out_channels < in_channels and x_src.size(0) <= _graph.num_nodes(x_src, x_dst, edges.sizes, size)[1]
+
+
+def _plain(linear: torch.nn.Module) -> bool:
+    """Whether ``linear``'s forward is a product with its weight: initialised (not lazy), and no
+    forward hooks of its own, which a call of the weight would skip."""
+    return not (isinstance(linear.weight, UninitializedParameter) or linear._forward_hooks
+                or linear._forward_pre_hooks)

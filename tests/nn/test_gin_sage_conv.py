@@ -103,6 +103,66 @@ def test_sage_bipartite_and_sparse(device, aggr, route):
     compare(ref, fast, ((x1, None), ei, (30, 12)), (x1,), expect_ops=ops(route, aggr))
 
 
+def narrowing_pair(device, aggr="mean", in_channels=48, **kwargs):
+    ref = pyg_nn.SAGEConv(in_channels, 8, aggr=aggr, **kwargs).to(device, torch.float64)
+    fast = fast_nn.SAGEConv(in_channels, 8, aggr=aggr, **kwargs).to(device, torch.float64)
+    fast.load_state_dict(ref.state_dict())
+    return ref, fast
+
+
+def aggregated_widths(monkeypatch) -> list:
+    """The feature width of every aggregation the fast SAGE layers run from now on."""
+    widths, aggregate = [], fast_nn.SAGEConv._aggregate_neighbours
+
+    def recorded(self, x_src, *args):
+        widths.append(x_src.size(1))
+        return aggregate(self, x_src, *args)
+
+    monkeypatch.setattr(fast_nn.SAGEConv, "_aggregate_neighbours", recorded)
+    return widths
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("aggr", ["mean", "sum"])
+@pytest.mark.parametrize("options", [{}, {"root_weight": False}, {"bias": False}, {"root_weight": False, "bias": False},
+                                     {"project": True}, {"normalize": True}])
+def test_sage_narrowing_aggregates_products(device, aggr, options, route, monkeypatch):
+    """48 -> 8 channels: the layer aggregates lin_l's 8-wide products, with PyG's outputs and
+    gradients (every parameter's included)."""
+    ref, fast = narrowing_pair(device, aggr, **options)
+    widths = aggregated_widths(monkeypatch)
+    ei = random_graph(40, 300, device)
+    x = torch.randn(40, 48, device=device, dtype=torch.float64, requires_grad=True)
+    compare(ref, fast, (x, ei), (x,), expect_ops=ops(route, aggr))
+    assert widths == [8]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sage_narrowing_keeps_the_order_where_it_must(device, monkeypatch):
+    """PyG's order (aggregate, then lin_l) for more sources than targets, a max, a lin_l with a
+    forward hook (which must run) and lazy channels (until initialised)."""
+    widths = aggregated_widths(monkeypatch)
+    ei = random_graph(30, 200, device, num_dst=12)
+    x1 = torch.randn(30, 48, device=device, dtype=torch.float64, requires_grad=True)
+    x2 = torch.randn(12, 48, device=device, dtype=torch.float64, requires_grad=True)
+    ref, fast = narrowing_pair(device)
+    compare(ref, fast, ((x1, x2), ei), (x1, x2))
+    ref, fast = narrowing_pair(device, aggr="max")
+    ei_square = random_graph(40, 300, device)
+    x = torch.randn(40, 48, device=device, dtype=torch.float64, requires_grad=True)
+    compare(ref, fast, (x, ei_square), (x,))
+    ref, fast = narrowing_pair(device)
+    calls = []
+    fast.lin_l.register_forward_hook(lambda module, inputs, output: calls.append(output.shape))
+    compare(ref, fast, (x, ei_square), (x,))
+    assert calls == [(40, 8)] and widths == [48, 48, 48]
+    lazy = fast_nn.SAGEConv(-1, 8).to(device, torch.float64)
+    lazy(x, ei_square)
+    assert widths[-1] == 48
+    lazy(x, ei_square)
+    assert widths[-1] == 8
+
+
 def test_sage_other_aggregations_use_pyg():
     ref, fast = sage_pair("cpu", aggr=["mean", "max"])
     x, ei = torch.randn(20, 16), random_graph(20, 80)

@@ -90,8 +90,11 @@ def test_gradients_and_double_backward(device, mean, heads):
     def fn(*args):
         return torch.ops.pyg_fast.gather_scatter(args[0], src, dst, args[1] if len(args) > 1 else None, 9, mean)[0]
 
-    assert torch.autograd.gradcheck(fn, inputs)
-    assert torch.autograd.gradgradcheck(fn, inputs)
+    # CUDA adds a row's terms with atomics in no fixed order: two backward runs may differ in the
+    # last bits of a float64 sum
+    tol = 1e-12 if device == "cuda" else 0.0
+    assert torch.autograd.gradcheck(fn, inputs, nondet_tol=tol)
+    assert torch.autograd.gradgradcheck(fn, inputs, nondet_tol=tol)
 
 
 @pytest.mark.parametrize("device", DEVICES)
