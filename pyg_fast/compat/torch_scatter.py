@@ -452,20 +452,21 @@ def _scatter_logsumexp(src: Tensor, index: Tensor, dim: int, out: Optional[Tenso
     index_b = broadcast(index, src, dim)
     if out is None:
         # The maxima need no gradient (the result's derivative in them is 0) and no argument. An
-        # empty segment's maximum comes as 0, not torch_scatter's -inf: its sum is 0, where any
-        # other segment with a finite maximum holds that maximum's exp(0) = 1.
+        # empty segment's maximum comes as 0, not torch_scatter's -inf; its sum is 0, as is that
+        # of a segment of -inf alone, where torch_scatter's result is 0 too: any other segment
+        # holds its maximum's exp(0) = 1. A NaN shift (-inf - -inf) adds nothing, as in
+        # torch_scatter; nan_to_num is one kernel where isnan and masked_fill were two (the
+        # composition is launch-bound on small graphs).
         maxima = _reduced(src.detach(), index, dim, None, dim_size, "max")
-        shifted = src - maxima.gather(dim, index_b)
-        shifted = shifted.masked_fill(torch.isnan(shifted), float("-inf"))
+        shifted = (src - maxima.gather(dim, index_b)).nan_to_num(nan=float("-inf"))
         total = scatter_sum(shifted.exp(), index, dim, None, dim_size)
-        maxima = maxima.masked_fill((total == 0) & (maxima == 0), float("-inf"))
-        return total.add_(eps).log_().add_(maxima).nan_to_num_(neginf=0.0)
+        empty = total == 0
+        return total.add_(eps).log_().add_(maxima).masked_fill_(empty, 0.0).nan_to_num_(neginf=0.0)
     size = list(src.size())
     size[dim] = dim_size
     maxima = torch.full(size, float("-inf"), dtype=src.dtype, device=src.device)
     scatter_max(src, index_b, dim, maxima, dim_size=dim_size)
-    shifted = src - maxima.gather(dim, index_b)
-    shifted = shifted.masked_fill(torch.isnan(shifted), float("-inf"))
+    shifted = (src - maxima.gather(dim, index_b)).nan_to_num(nan=float("-inf"))
     out = out.sub_(maxima).exp_()
     total = scatter_sum(shifted.exp(), index_b, dim, out, dim_size)
     return total.add_(eps).log_().add_(maxima).nan_to_num_(neginf=0.0)

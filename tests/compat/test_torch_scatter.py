@@ -152,6 +152,31 @@ def test_csr_family_overwrites_out_and_takes_an_empty_indptr():
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_logsumexp_infinities_and_gradient(device):
+    """Slots of -inf alone and empty slots give 0 (torch_scatter's result), a -inf among finite
+    values adds nothing; the gradient is the float64 softmax of each slot's values."""
+    inf = float("inf")
+    src = torch.tensor([[1.0, -inf], [-inf, -inf], [2.0, 0.5], [-inf, 3.0], [0.25, -1.0]], device=device)
+    index = torch.tensor([0, 1, 0, 2, 2], device=device)  # slot 1 only -inf, slot 3 empty
+    leaf = src.clone().requires_grad_()
+    got = compat.scatter_logsumexp(leaf, index, dim=0, dim_size=4)
+    wide = src.double()
+    expected = torch.zeros(4, 2, dtype=torch.float64)
+    for i in range(3):
+        rows = wide[index == i].cpu()
+        value = rows.logsumexp(0)
+        expected[i] = torch.where(torch.isinf(value), torch.zeros_like(value), value)
+    torch.testing.assert_close(got.double().cpu(), expected, rtol=1e-6, atol=1e-6)
+    seed = torch.randn(4, 2, device=device)
+    (got * seed).sum().backward()
+    finite = torch.isfinite(src)
+    weights = torch.where(finite, torch.exp(wide - got.double().detach()[index]), torch.zeros_like(wide))
+    expected_grad = torch.where(finite, weights * seed.double()[index], torch.zeros_like(wide))
+    expected_grad[index == 1] = 0.0  # a slot of -inf alone has no finite term to move
+    torch.testing.assert_close(leaf.grad.double(), expected_grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_composites_match_their_definitions(device):
     src = torch.randn(9, 2, device=device)
     index = torch.tensor([2, 0, 1, 0, 1, 2, 1, 2, 2], device=device)  # unsorted; empty slot 3 below
