@@ -2,7 +2,10 @@
 from typing import Optional, Tuple
 
 import torch
+import torch_geometric.nn as pyg_nn
 from torch import Tensor
+from torch.nn.modules import module as torch_module
+from torch.nn.parameter import UninitializedParameter
 from torch_geometric.nn.aggr import MaxAggregation, MeanAggregation, MinAggregation, SumAggregation
 
 from pyg_fast._dropin import DropIn
@@ -18,6 +21,15 @@ _HOOK_DICTS = (
 )
 
 _REDUCES = {SumAggregation: "sum", MeanAggregation: "mean", MaxAggregation: "max", MinAggregation: "min"}
+
+
+def plain_linear(linear: torch.nn.Module) -> bool:
+    """Whether ``linear`` is torch's or PyG's ``Linear`` whose call is the product with its weight
+    (plus bias) and nothing else: initialised (not lazy), no forward hooks of its own or global
+    ones, which a layer applying the weight itself would skip."""
+    return (type(linear) in (torch.nn.Linear, pyg_nn.Linear) and not isinstance(linear.weight, UninitializedParameter)
+            and not (linear._forward_hooks or linear._forward_pre_hooks or torch_module._global_forward_hooks
+                     or torch_module._global_forward_pre_hooks))
 
 
 class FusedLayer(DropIn):

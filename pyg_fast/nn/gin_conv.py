@@ -1,8 +1,13 @@
+import itertools
+
+import torch
+import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch_geometric.typing import Adj, Size
 
-from pyg_fast.nn._fused import FusedLayer
+from pyg_fast.nn import _graph
+from pyg_fast.nn._fused import FusedLayer, plain_linear
 from pyg_fast.ops import _layout
 
 
@@ -15,8 +20,13 @@ class GINConv(FusedLayer, pyg_nn.GINConv):
 
     Same constructor, parameters, ``state_dict`` and outputs as PyG's class. The
     neighbour sum is one gather-fused segment reduction over edges grouped by target
-    (cached per graph), without materialising the messages. Falls back to PyG's path
-    where :class:`pyg_fast.nn.GCNConv` does.
+    (cached per graph), without materialising the messages. Where
+    :math:`h_{\mathbf{\Theta}}` is a ``torch.nn.Sequential`` that starts with a linear
+    layer into fewer channels than it reads, and the sources are the targets' own
+    features (or there is no target term and no more sources than targets), the layer
+    sums that linear layer's products :math:`\mathbf{W} \mathbf{x}_j` instead (the same
+    linear map; each edge moves its output width). Falls back to PyG's path where
+    :class:`pyg_fast.nn.GCNConv` does.
     """
     propagate_type = {"x": "OptPairTensor"}
 
@@ -25,10 +35,39 @@ class GINConv(FusedLayer, pyg_nn.GINConv):
         if fused is None:
             return super().forward(x, edge_index, size)
         x_src, x_dst, edges = fused
+        first = self._narrowing_first(x_src, x_dst, edges, size)
+        if first is not None:
+            # W (sum_j x_j + (1 + eps) x_i) + b = sum_j W x_j + (1 + eps) W x_i + b: one product,
+            # aggregated at its width
+            h = F.linear(x_src, first.weight)
+            out = self._aggregate_neighbours(h, None if x_dst is None else h, edges, size)
+            if x_dst is not None:
+                out = out + self._self_term(h)
+            if first.bias is not None:
+                out = out + first.bias
+            for module in itertools.islice(self.nn, 1, None):  # the rest of the Sequential
+                out = module(out)
+            return out
         out = self._aggregate_neighbours(x_src, x_dst, edges, size)
         if x_dst is not None:
             out = out + self._self_term(x_dst)
         return self.nn(out)
+
+    def _narrowing_first(self, x_src: Tensor, x_dst, edges, size: Size):
+        """``nn``'s first layer where the neighbour sum may move its products (see the class),
+        else None: ``nn`` a Sequential without hooks of its own, starting with a plain linear
+        layer (``plain_linear``) into fewer channels, and one product serving sources and
+        targets (``x_dst`` is ``x_src``; or no target term and no more sources than targets)."""
+        mlp = self.nn
+        if type(mlp) is not torch.nn.Sequential or len(mlp) == 0 or mlp._forward_hooks or mlp._forward_pre_hooks:
+            return None
+        first = mlp[0]
+        if not plain_linear(first) or first.weight.size(0) >= first.weight.size(1):
+            return None
+        if x_dst is x_src or (x_dst is None
+                              and x_src.size(0) <= _graph.num_nodes(x_src, x_dst, edges.sizes, size)[1]):
+            return first
+        return None
 
     def _self_term(self, x: Tensor) -> Tensor:
         """PyG's ``(1 + eps) * x`` (the same rounding); ``x`` itself where ``eps`` can be read on the

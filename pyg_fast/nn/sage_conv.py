@@ -1,12 +1,10 @@
-import torch
 import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
-from torch.nn.parameter import UninitializedParameter
 from torch_geometric.typing import Adj, Size
 
 from pyg_fast.nn import _graph
-from pyg_fast.nn._fused import FusedLayer
+from pyg_fast.nn._fused import FusedLayer, plain_linear
 
 
 class SAGEConv(FusedLayer, pyg_nn.SAGEConv):
@@ -57,14 +55,8 @@ class SAGEConv(FusedLayer, pyg_nn.SAGEConv):
         (sum, mean) into fewer channels, with no more source rows to multiply than target rows,
         and linear layers whose forward is their weight alone (initialised, no hooks)."""
         lin_l = self.lin_l
-        if self._reduce() not in ("sum", "mean") or not _plain(lin_l) or (root and not _plain(self.lin_r)):
+        if self._reduce() not in ("sum", "mean") or not plain_linear(lin_l) or (root and not plain_linear(self.lin_r)):
             return False
         out_channels, in_channels = lin_l.weight.shape
         return out_channels < in_channels and x_src.size(0) <= _graph.num_nodes(x_src, x_dst, edges.sizes, size)[1]
 
-
-def _plain(linear: torch.nn.Module) -> bool:
-    """Whether ``linear``'s forward is a product with its weight: initialised (not lazy), and no
-    forward hooks of its own, which a call of the weight would skip."""
-    return not (isinstance(linear.weight, UninitializedParameter) or linear._forward_hooks
-                or linear._forward_pre_hooks)

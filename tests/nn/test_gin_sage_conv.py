@@ -67,6 +67,78 @@ def test_gin_bipartite(device, route):
     compare(ref, fast, ((x1, None), ei, (30, 12)), (x1,), expect_ops=ops(route))
 
 
+def narrowing_gin_pair(device, **kwargs):
+    def mlp():
+        return torch.nn.Sequential(torch.nn.Linear(48, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8))
+
+    ref = pyg_nn.GINConv(mlp(), **kwargs).to(device, torch.float64)
+    fast = fast_nn.GINConv(mlp(), **kwargs).to(device, torch.float64)
+    fast.load_state_dict(ref.state_dict())
+    if kwargs.get("train_eps"):
+        with torch.no_grad():
+            ref.eps.fill_(0.3)
+            fast.eps.fill_(0.3)
+    return ref, fast
+
+
+def gin_aggregated_widths(monkeypatch) -> list:
+    """The feature width of every aggregation the fast GIN layers run from now on."""
+    widths, aggregate = [], fast_nn.GINConv._aggregate_neighbours
+
+    def recorded(self, x_src, *args):
+        widths.append(x_src.size(1))
+        return aggregate(self, x_src, *args)
+
+    monkeypatch.setattr(fast_nn.GINConv, "_aggregate_neighbours", recorded)
+    return widths
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("options", [{}, {"eps": 0.5}, {"train_eps": True}])
+def test_gin_narrowing_aggregates_products(device, options, route, monkeypatch):
+    """A Sequential starting with Linear(48, 8): the layer sums the 8-wide products, with PyG's
+    outputs and gradients (eps's and every weight's included)."""
+    ref, fast = narrowing_gin_pair(device, **options)
+    widths = gin_aggregated_widths(monkeypatch)
+    ei = random_graph(40, 300, device)
+    x = torch.randn(40, 48, device=device, dtype=torch.float64, requires_grad=True)
+    compare(ref, fast, (x, ei), (x,), expect_ops=ops(route))
+    assert widths == [8]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gin_narrowing_keeps_the_order_where_it_must(device, monkeypatch):
+    """PyG's order for separate target features, a hook on the first linear layer or on the
+    Sequential (which must run), and an nn that is not a Sequential; products for a pair without
+    target features and no more sources than targets."""
+    widths = gin_aggregated_widths(monkeypatch)
+    ei = random_graph(30, 200, device, num_dst=12)
+    x1 = torch.randn(30, 48, device=device, dtype=torch.float64, requires_grad=True)
+    x2 = torch.randn(12, 48, device=device, dtype=torch.float64, requires_grad=True)
+    ref, fast = narrowing_gin_pair(device)
+    compare(ref, fast, ((x1, x2), ei), (x1, x2))
+    compare(ref, fast, ((x1, None), ei, (30, 12)), (x1,))  # more sources than targets
+    ei_square = random_graph(40, 300, device)
+    x = torch.randn(40, 48, device=device, dtype=torch.float64, requires_grad=True)
+    calls = []
+    fast.nn[0].register_forward_hook(lambda module, inputs, output: calls.append("first"))
+    compare(ref, fast, (x, ei_square), (x,))
+    ref, fast = narrowing_gin_pair(device)
+    fast.nn.register_forward_pre_hook(lambda module, inputs: calls.append("nn"))
+    compare(ref, fast, (x, ei_square), (x,))
+    assert calls == ["first", "nn"] and widths == [48, 48, 48, 48]
+    ref, fast = narrowing_gin_pair(device)
+    ei_wide = random_graph(12, 100, device, num_dst=30)
+    x3 = torch.randn(12, 48, device=device, dtype=torch.float64, requires_grad=True)
+    compare(ref, fast, ((x3, None), ei_wide, (12, 30)), (x3,))
+    assert widths[-1] == 8
+    ref = pyg_nn.GINConv(pyg_nn.MLP([48, 8, 8])).to(device, torch.float64)
+    fast = fast_nn.GINConv(pyg_nn.MLP([48, 8, 8])).to(device, torch.float64)
+    fast.load_state_dict(ref.state_dict())
+    compare(ref, fast, (x, ei_square), (x,))
+    assert widths[-1] == 48
+
+
 def sage_pair(device, in_channels=16, **kwargs):
     ref = pyg_nn.SAGEConv(in_channels, 32, **kwargs).to(device)
     fast = fast_nn.SAGEConv(in_channels, 32, **kwargs).to(device)
