@@ -59,4 +59,3 @@ class SAGEConv(FusedLayer, pyg_nn.SAGEConv):
             return False
         out_channels, in_channels = lin_l.weight.shape
         return out_channels < in_channels and x_src.size(0) <= _graph.num_nodes(x_src, x_dst, edges.sizes, size)[1]
-

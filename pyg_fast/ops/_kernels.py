@@ -395,8 +395,7 @@ def coo_reported(op, src2: Tensor, index: Tensor, size: int, name: str, size_nam
     (``pyg_fast::scatter_extremum``, ``pyg_fast::edge_softmax_coo``: rows or edges of ``src2`` in
     any order over the int64 ``index``, no grouping; see :func:`coo_route`): ``out``, with an
     index out of ``[0, size)`` reported (its rows were skipped), once per index tensor and size as
-    :func:`gather_scatter` reports: a report costs ~30 us of host time (H100 host), and GAT's
-    layers share their graph's looped index."""
+    :func:`gather_scatter` reports: a report costs ~30 us of host time (H100 host)."""
     out, flags = run(op, src2.contiguous(), index, size, *args)
     if _first_report(None, index, (size, name, size_name)):
         _deferred.report(flags, [_layout.range_message(name, size, size_name)])
