@@ -3,6 +3,7 @@ import torch
 import torch_geometric.nn as pyg_nn
 from torch_geometric import EdgeIndex
 
+import pyg_fast
 import pyg_fast.nn as fast_nn
 from pyg_fast.testing import DEVICES, PygFastOps
 from tests.nn._helpers import compare, random_graph
@@ -109,3 +110,17 @@ def test_dropout_only_in_training():
     fast.train()
     _, (_, alpha) = fast(x, ei, return_attention_weights=True)
     assert (alpha == 0).any() and alpha.max() > 1.0  # dropped and rescaled by 1 / (1 - p)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("end", [0, 1])
+def test_out_of_range_edges_are_reported(device, end, route):
+    """An edge end outside the nodes raises IndexError naming it, on both routes, also where two
+    layers share the graph (the COO route reports a graph once, through its aggregation)."""
+    x = torch.randn(10, 16, device=device)
+    ei = random_graph(10, 40, device)
+    ei[end, 5] = 10
+    first, second = fast_nn.GATConv(16, 8).to(device), fast_nn.GATConv(8, 8).to(device)
+    with pytest.raises(IndexError, match=rf"'edge_index\[{end}\]' holds values outside \[0, 10\)"):
+        second(first(x, ei), ei)
+        pyg_fast.check_errors()
