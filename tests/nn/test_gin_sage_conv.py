@@ -206,7 +206,10 @@ def test_sage_narrowing_aggregates_products(device, aggr, options, route, monkey
     ei = random_graph(40, 300, device)
     x = torch.randn(40, 48, device=device, dtype=torch.float64, requires_grad=True)
     compare(ref, fast, (x, ei), (x,), expect_ops=ops(route, aggr))
-    assert widths == [8]
+    weight = torch.rand(ei.size(1), device=device, dtype=torch.float64)
+    adj_t = to_torch_csc_tensor(ei, weight, size=(40, 40)).t()  # a weighted aggregation (the sparse values)
+    compare(ref, fast, (x, adj_t), (x,))
+    assert widths == [8, 8]
 
 
 @pytest.mark.parametrize("device", DEVICES)
