@@ -5,6 +5,7 @@ from torch_geometric import EdgeIndex
 from torch_geometric.utils import to_torch_csc_tensor
 
 import pyg_fast.nn as fast_nn
+from pyg_fast.nn._fused import FusedLayer
 from pyg_fast.testing import DEVICES
 from tests.nn._helpers import compare, random_graph
 
@@ -16,11 +17,13 @@ def ops(route, aggr="sum"):
     return {"gather_scatter"} if route == "coo" and aggr in ("sum", "mean") else OPS
 
 
-def gin_pair(device, **kwargs):
-    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32))
-    ref = pyg_nn.GINConv(mlp, **kwargs).to(device)
-    fast = fast_nn.GINConv(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
-                                               torch.nn.Linear(32, 32)), **kwargs).to(device)
+def gin_pair(device, in_channels=16, out_channels=32, dtype=torch.float32, **kwargs):
+    def mlp():
+        return torch.nn.Sequential(torch.nn.Linear(in_channels, out_channels), torch.nn.ReLU(),
+                                   torch.nn.Linear(out_channels, out_channels))
+
+    ref = pyg_nn.GINConv(mlp(), **kwargs).to(device, dtype)
+    fast = fast_nn.GINConv(mlp(), **kwargs).to(device, dtype)
     fast.load_state_dict(ref.state_dict())
     if kwargs.get("train_eps"):
         with torch.no_grad():
@@ -67,30 +70,31 @@ def test_gin_bipartite(device, route):
     compare(ref, fast, ((x1, None), ei, (30, 12)), (x1,), expect_ops=ops(route))
 
 
-def narrowing_gin_pair(device, **kwargs):
-    def mlp():
-        return torch.nn.Sequential(torch.nn.Linear(48, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8))
-
-    ref = pyg_nn.GINConv(mlp(), **kwargs).to(device, torch.float64)
-    fast = fast_nn.GINConv(mlp(), **kwargs).to(device, torch.float64)
-    fast.load_state_dict(ref.state_dict())
-    if kwargs.get("train_eps"):
-        with torch.no_grad():
-            ref.eps.fill_(0.3)
-            fast.eps.fill_(0.3)
-    return ref, fast
-
-
-def gin_aggregated_widths(monkeypatch) -> list:
-    """The feature width of every aggregation the fast GIN layers run from now on."""
-    widths, aggregate = [], fast_nn.GINConv._aggregate_neighbours
+def aggregated_widths(monkeypatch) -> list:
+    """The feature width of every neighbour aggregation the fast layers run from now on."""
+    widths, aggregate = [], FusedLayer._aggregate_neighbours
 
     def recorded(self, x_src, *args):
         widths.append(x_src.size(1))
         return aggregate(self, x_src, *args)
 
-    monkeypatch.setattr(fast_nn.GINConv, "_aggregate_neighbours", recorded)
+    monkeypatch.setattr(FusedLayer, "_aggregate_neighbours", recorded)
     return widths
+
+
+def narrowing_inputs(device):
+    """48-wide float64 inputs: a bipartite graph (30 sources, 12 targets) with both sides'
+    features, and a square graph of 40 nodes with theirs."""
+    def features(n):
+        return torch.randn(n, 48, device=device, dtype=torch.float64, requires_grad=True)
+
+    return random_graph(30, 200, device, num_dst=12), features(30), features(12), random_graph(40, 300, device), \
+        features(40)
+
+
+def narrowing_gin_pair(device, **kwargs):
+    """GIN layers whose MLP starts with Linear(48, 8), in float64."""
+    return gin_pair(device, 48, 8, torch.float64, **kwargs)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -99,7 +103,7 @@ def test_gin_narrowing_aggregates_products(device, options, route, monkeypatch):
     """A Sequential starting with Linear(48, 8): the layer sums the 8-wide products, with PyG's
     outputs and gradients (eps's and every weight's included)."""
     ref, fast = narrowing_gin_pair(device, **options)
-    widths = gin_aggregated_widths(monkeypatch)
+    widths = aggregated_widths(monkeypatch)
     ei = random_graph(40, 300, device)
     x = torch.randn(40, 48, device=device, dtype=torch.float64, requires_grad=True)
     compare(ref, fast, (x, ei), (x,), expect_ops=ops(route))
@@ -111,15 +115,11 @@ def test_gin_narrowing_keeps_the_order_where_it_must(device, monkeypatch):
     """PyG's order for separate target features, a hook on the first linear layer or on the
     Sequential (which must run), and an nn that is not a Sequential; products for a pair without
     target features and no more sources than targets."""
-    widths = gin_aggregated_widths(monkeypatch)
-    ei = random_graph(30, 200, device, num_dst=12)
-    x1 = torch.randn(30, 48, device=device, dtype=torch.float64, requires_grad=True)
-    x2 = torch.randn(12, 48, device=device, dtype=torch.float64, requires_grad=True)
+    widths = aggregated_widths(monkeypatch)
+    ei, x1, x2, ei_square, x = narrowing_inputs(device)
     ref, fast = narrowing_gin_pair(device)
     compare(ref, fast, ((x1, x2), ei), (x1, x2))
     compare(ref, fast, ((x1, None), ei, (30, 12)), (x1,))  # more sources than targets
-    ei_square = random_graph(40, 300, device)
-    x = torch.randn(40, 48, device=device, dtype=torch.float64, requires_grad=True)
     calls = []
     fast.nn[0].register_forward_hook(lambda module, inputs, output: calls.append("first"))
     compare(ref, fast, (x, ei_square), (x,))
@@ -139,9 +139,9 @@ def test_gin_narrowing_keeps_the_order_where_it_must(device, monkeypatch):
     assert widths[-1] == 48
 
 
-def sage_pair(device, in_channels=16, **kwargs):
-    ref = pyg_nn.SAGEConv(in_channels, 32, **kwargs).to(device)
-    fast = fast_nn.SAGEConv(in_channels, 32, **kwargs).to(device)
+def sage_pair(device, in_channels=16, out_channels=32, dtype=torch.float32, **kwargs):
+    ref = pyg_nn.SAGEConv(in_channels, out_channels, **kwargs).to(device, dtype)
+    fast = fast_nn.SAGEConv(in_channels, out_channels, **kwargs).to(device, dtype)
     fast.load_state_dict(ref.state_dict())
     return ref, fast
 
@@ -175,23 +175,9 @@ def test_sage_bipartite_and_sparse(device, aggr, route):
     compare(ref, fast, ((x1, None), ei, (30, 12)), (x1,), expect_ops=ops(route, aggr))
 
 
-def narrowing_pair(device, aggr="mean", in_channels=48, **kwargs):
-    ref = pyg_nn.SAGEConv(in_channels, 8, aggr=aggr, **kwargs).to(device, torch.float64)
-    fast = fast_nn.SAGEConv(in_channels, 8, aggr=aggr, **kwargs).to(device, torch.float64)
-    fast.load_state_dict(ref.state_dict())
-    return ref, fast
-
-
-def aggregated_widths(monkeypatch) -> list:
-    """The feature width of every aggregation the fast SAGE layers run from now on."""
-    widths, aggregate = [], fast_nn.SAGEConv._aggregate_neighbours
-
-    def recorded(self, x_src, *args):
-        widths.append(x_src.size(1))
-        return aggregate(self, x_src, *args)
-
-    monkeypatch.setattr(fast_nn.SAGEConv, "_aggregate_neighbours", recorded)
-    return widths
+def narrowing_pair(device, aggr="mean", **kwargs):
+    """SAGE layers 48 -> 8, in float64."""
+    return sage_pair(device, 48, 8, torch.float64, aggr=aggr, **kwargs)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -217,14 +203,10 @@ def test_sage_narrowing_keeps_the_order_where_it_must(device, monkeypatch):
     """PyG's order (aggregate, then lin_l) for more sources than targets, a max, a lin_l with a
     forward hook (which must run) and lazy channels (until initialised)."""
     widths = aggregated_widths(monkeypatch)
-    ei = random_graph(30, 200, device, num_dst=12)
-    x1 = torch.randn(30, 48, device=device, dtype=torch.float64, requires_grad=True)
-    x2 = torch.randn(12, 48, device=device, dtype=torch.float64, requires_grad=True)
+    ei, x1, x2, ei_square, x = narrowing_inputs(device)
     ref, fast = narrowing_pair(device)
     compare(ref, fast, ((x1, x2), ei), (x1, x2))
     ref, fast = narrowing_pair(device, aggr="max")
-    ei_square = random_graph(40, 300, device)
-    x = torch.randn(40, 48, device=device, dtype=torch.float64, requires_grad=True)
     compare(ref, fast, (x, ei_square), (x,))
     ref, fast = narrowing_pair(device)
     calls = []
