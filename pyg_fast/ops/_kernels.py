@@ -70,7 +70,13 @@ def reduce_csr(x2: Tensor, src_index: Tensor, ptr: Tensor, weight: Optional[Tens
     """``out[r] = reduce over e in ptr[r]:ptr[r+1] of weight[e] * x2[src_index[e]]`` for x2 [N, F],
     edges already in destination order, ``src_index`` int64 and ``ptr`` covering every edge (both
     prepared by ``_layout``), ``weight`` [E, H] in x2's dtype or None. No checks: the layers call
-    this per layer on a graph prepared once."""
+    this per layer on a graph prepared once. Runs in feature slices where ``tuning.feature_slices``
+    says so (every reduce is per feature)."""
+    slices = tuning.feature_slices(x2, src_index.numel(), 1 if weight is None else weight.size(1))
+    if slices > 1:
+        width = x2.size(1) // slices
+        return torch.cat([reduce_csr(x2.narrow(1, k * width, width), src_index, ptr, weight, reduce)
+                          for k in range(slices)], dim=1)
     launch = tuning.segment_launch(x2, ptr, src_index.numel(), gather=True,
                                    heads=1 if weight is None else weight.size(1))
     if launch.config and launch.config[0] in _INT32_SCHEDULES and x2.size(0) <= INT32_MAX and not (

@@ -118,6 +118,39 @@ def test_backward_matches_float64(device, dtype, reduce, weighted):
         assert_close(w.grad, rw.grad, dtype, scale=2)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_feature_slices_match_float64(monkeypatch, device, reduce, weighted):
+    """The sliced route (forced here; on CUDA tuning.feature_slices takes it for large, dense
+    graphs): forward and backward equal the whole-row float64 reference."""
+    from pyg_fast import tuning
+    sliced = []
+
+    def four_slices(x, num_edges, heads=1):
+        sliced.append(x.size(1) == 128)
+        return 4 if x.size(1) == 128 else 1
+    monkeypatch.setattr(tuning, "feature_slices", four_slices)
+    num_edges = 600
+    src, dst = random_graph(50, num_edges, 40, device)
+    x0 = torch.randn(50, 128, device=device)
+    w0 = torch.rand(num_edges, device=device) + 0.5 if weighted else None
+    grad = torch.randn(40, 128, device=device)
+    x = x0.clone().requires_grad_()
+    w = w0.clone().requires_grad_() if weighted else None
+    out = pyg_fast.index_weight_segment_reduce(x, src, dst, w, 40, reduce)
+    out.backward(grad)
+    rx = x0.double().requires_grad_()
+    rw = w0.double().requires_grad_() if weighted else None
+    ref = reference(rx, src, dst, rw, 40, reduce)
+    ref.backward(grad.double())
+    assert any(sliced)
+    assert_close(out, ref, torch.float32)
+    assert_close(x.grad, rx.grad, torch.float32, scale=2)
+    if weighted:
+        assert_close(w.grad, rw.grad, torch.float32, scale=2)
+
+
 @pytest.mark.parametrize("reduce", REDUCES)
 def test_gradcheck_cpu(reduce):
     src, dst = random_graph(6, 14, 7, "cpu")

@@ -103,3 +103,17 @@ def test_shipped_rules_name_known_schedules():
             if key in entry:
                 assert entry[key]["schedule"] in tuning.SCHEDULES
         assert entry.get("geot_params", entry["params"])["schedule"] not in tuning.GRAPH_AWARE
+
+
+def test_slice_count_rule():
+    """Feature slices of 128 bytes a row only for rows read by many edges that exceed twice L2."""
+    l2 = 50 * 2 ** 20
+    dense = dict(num_rows=232_965, num_edges=23_213_838, l2_bytes=l2)  # 100 edges a row
+    assert tuning.slice_count(num_features=128, element_size=4, **dense) == 4
+    assert tuning.slice_count(num_features=256, element_size=4, **dense) == 8
+    assert tuning.slice_count(num_features=256, element_size=2, **dense) == 4
+    assert tuning.slice_count(num_features=64, element_size=4, **dense) == 1  # 1.2 x L2
+    assert tuning.slice_count(num_features=136, element_size=4, **dense) == 1  # not whole lines
+    sparse = dict(num_rows=169_343, num_edges=1_166_243, l2_bytes=l2)  # 7 edges a row
+    assert tuning.slice_count(num_features=256, element_size=4, **sparse) == 1
+    assert tuning.feature_slices(torch.randn(4, 256), 10 ** 6) == 1  # CPU rows: whole
