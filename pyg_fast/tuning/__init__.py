@@ -64,7 +64,8 @@ COO_MAX_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 20, "cuda": 96 * 2 ** 20}
 # 233 k rows, 100 edges a row (reddit2_like), F = 128: 2.80 -> 2.27, F = 256: 6.07 -> 4.60 (8
 # slices; 4: 4.85); 500 k rows, 50 edges a row, F = 128: 3.84 -> 3.66. Fewer edges a row lose:
 # reddit2_like's edges thinned to 33 a row, F = 128: 1.00 -> 1.07; 16 a row 0.58 -> 0.81;
-# arxiv_like (7 a row) 0.24 -> 0.45 (2 slices: 0.40). At 1.2 x L2 (reddit2_like, F = 64) 1.13 either way.
+# arxiv_like (7 a row) 0.24 -> 0.45 (2 slices: 0.40). Two slices never paid: reddit2_like F = 64
+# (1.2 x L2) 1.13 either way, the 500 k-row graph F = 64 1.75 -> 1.83: at least four.
 SLICE_MIN_EDGES_PER_ROW = 40
 _l2_bytes: Dict[int, int] = {}
 
@@ -90,10 +91,10 @@ def _l2_cache_bytes(device: int) -> int:
 
 
 def slice_count(num_rows: int, num_features: int, num_edges: int, element_size: int, l2_bytes: int) -> int:
-    """The rule above: slices of 128 bytes a row where the rows exceed twice ``l2_bytes`` and are
-    read by at least ``SLICE_MIN_EDGES_PER_ROW`` edges each, else 1."""
+    """The rule above: four or more slices of 128 bytes a row where the rows exceed twice
+    ``l2_bytes`` and are read by at least ``SLICE_MIN_EDGES_PER_ROW`` edges each, else 1."""
     width = 128 // element_size
-    if (num_features % width or num_features < 2 * width or num_edges < SLICE_MIN_EDGES_PER_ROW * num_rows
+    if (num_features % width or num_features < 4 * width or num_edges < SLICE_MIN_EDGES_PER_ROW * num_rows
             or num_rows * num_features * element_size < 2 * l2_bytes):
         return 1
     return num_features // width

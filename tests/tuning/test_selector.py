@@ -113,6 +113,9 @@ def test_slice_count_rule():
     assert tuning.slice_count(num_features=256, element_size=4, **dense) == 8
     assert tuning.slice_count(num_features=256, element_size=2, **dense) == 4
     assert tuning.slice_count(num_features=64, element_size=4, **dense) == 1  # 1.2 x L2
+    assert tuning.slice_count(num_features=128, element_size=2, **dense) == 1  # two slices
+    assert tuning.slice_count(num_features=64, element_size=4, num_rows=500_000, num_edges=25_000_000,
+                              l2_bytes=l2) == 1  # 2.4 x L2, but two slices
     assert tuning.slice_count(num_features=136, element_size=4, **dense) == 1  # not whole lines
     sparse = dict(num_rows=169_343, num_edges=1_166_243, l2_bytes=l2)  # 7 edges a row
     assert tuning.slice_count(num_features=256, element_size=4, **sparse) == 1
