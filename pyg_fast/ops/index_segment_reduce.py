@@ -1,6 +1,5 @@
 """Gather-fused segment reduction and weighted SpMM (torch.ops.pyg_fast.index_segment_reduce)."""
 import math
-import weakref
 from typing import Optional
 
 import torch
@@ -8,7 +7,8 @@ from torch import Tensor
 
 from pyg_fast.ops import _layout
 from pyg_fast.ops._checks import check_float, check_index_tensor, check_reduce
-from pyg_fast.ops._kernels import COO_REDUCES, coo_route, gather_rows, gather_scatter, reduce_csr, weight_as
+from pyg_fast.ops._kernels import (COO_REDUCES, coo_route, gather_scatter, reduce_csr, weight_as,
+                                   weight_in_order)
 
 
 def index_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optional[Tensor] = None,
@@ -73,24 +73,9 @@ def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optiona
         perm = layout.perm
     w2 = None
     if weight is not None:
-        w2 = _in_order(weight, x.dtype, perm)
+        w2 = weight_in_order(weight, x.dtype, perm)
     out = reduce_csr(x2, src, layout.ptr, w2, reduce)
     return out if x.dim() == 2 else out.view((dim_size,) + tuple(x.shape[1:]))
-
-
-def _in_order(weight: Tensor, dtype: torch.dtype, perm: Optional[Tensor]) -> Tensor:
-    """``weight`` as [E, H] in ``dtype``, in destination order. The last weight used without a
-    gradient is kept with the grouping, one per graph and dtype (a fixed SpMM: gathering 23 M
-    weights added 0.09 ms to a 0.21 ms call, H200); a new weight replaces it rather than piling
-    up beside it."""
-    if perm is None:
-        return weight_as(weight, dtype)
-    if (weight.requires_grad and torch.is_grad_enabled()) or not _layout.eager(weight, perm):
-        return gather_rows(weight_as(weight, dtype), perm)
-    kept = _layout.cached(perm, ("weight_in_order", dtype), lambda: [None, -1, None])
-    if kept[0] is None or kept[0]() is not weight or kept[1] != weight._version:
-        kept[:] = [weakref.ref(weight), weight._version, gather_rows(weight_as(weight, dtype), perm)]
-    return kept[2]
 
 
 def _gathered(dst_index: Tensor, dim_size: int, src_index: Tensor, x: Tensor, is_sorted: Optional[bool]):

@@ -25,7 +25,7 @@ benchmarks use it).
 """
 import json
 import os
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -57,47 +57,75 @@ PATCH_MIN_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 21, "cuda": 2 ** 25}
 # against 1.2.
 COO_MAX_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 20, "cuda": 96 * 2 ** 20}
 
-# A CUDA gather-reduce whose source rows are each read by many edges (at least this many edges a
-# source row) and together exceed twice the L2 cache runs as feature slices of one 128-byte line a
-# row, one after the other: each slice's rows then stay in L2 while the edges read them. Weighted
-# SpMM, H100, ms whole -> sliced (the slices' copies and the concatenation included; cold L2):
-# 233 k rows, 100 edges a row (reddit2_like), F = 128: 2.80 -> 2.27, F = 256: 6.07 -> 4.60 (8
-# slices; 4: 4.85); 500 k rows, 50 edges a row, F = 128: 3.84 -> 3.66. Fewer edges a row lose:
-# reddit2_like's edges thinned to 33 a row, F = 128: 1.00 -> 1.07; 16 a row 0.58 -> 0.81;
-# arxiv_like (7 a row) 0.24 -> 0.45 (2 slices: 0.40). Two slices never paid: reddit2_like F = 64
-# (1.2 x L2) 1.13 either way, the 500 k-row graph F = 64 1.75 -> 1.83: at least four.
+# A gather-reduce whose source rows are each read by many edges (at least this many edges a source
+# row) and together exceed twice the cache runs as feature slices of one cache line a row, one after
+# the other: each slice's rows then stay in the cache while the edges read them (CUDA: the L2 and
+# 128-byte lines; CPU: a core's L2 and 64-byte lines, the slices then also stay in L3). Weighted
+# SpMM, ms whole -> sliced (the slices' copies and the concatenation included):
+# - H100, cold L2: 233 k rows, 100 edges a row (reddit2_like), F = 128: 2.80 -> 2.27, F = 256: 6.07
+#   -> 4.60 (8 slices; 4: 4.85); 500 k rows, 50 edges a row, F = 128: 3.84 -> 3.66. Fewer edges a
+#   row lose: reddit2_like's edges thinned to 33 a row, F = 128: 1.00 -> 1.07; 16 a row 0.58 ->
+#   0.81; arxiv_like (7 a row) 0.24 -> 0.45 (2 slices: 0.40). Two slices never paid: reddit2_like
+#   F = 64 (1.2 x L2) 1.13 either way, the 500 k-row graph F = 64 1.75 -> 1.83: at least four.
+# - CPU (2 cores, 1 MB L2 each, 32 MB L3), 100 edges a row: 100 k rows, F = 64 105 -> 57 (4 slices;
+#   8: 86), F = 128 376 -> 138; 50 k rows, F = 256 327 -> 113; 20 k rows, F = 128 31.7 -> 28.0.
+#   10 edges a row: 1 M rows, F = 64 291 -> 474 (4 slices).
 SLICE_MIN_EDGES_PER_ROW = 40
-_l2_bytes: Dict[int, int] = {}
+_cache_bytes: Dict[Tuple[str, int], int] = {}
 
 
 def feature_slices(x: Tensor, num_edges, heads: int = 1) -> int:
     """How many feature slices a gather-reduce of ``num_edges`` edges over the rows of ``x`` [N, F]
-    runs as (1: whole rows): :func:`slice_count` on CUDA for one weight head; 1 elsewhere, for
+    runs as (1: whole rows): :func:`slice_count` for one weight head on CUDA and the CPU; 1 for
     symbolic sizes (``torch.compile(dynamic=True)``) and for a forced launch (the tuning sweep
     times whole rows)."""
     num_rows, num_features = x.shape
-    if not x.is_cuda or heads != 1 or _override is not None or not all(
+    if heads != 1 or _override is not None or x.device.type not in ("cuda", "cpu") or not all(
             type(v) is int for v in (num_rows, num_features, num_edges)):
         return 1
-    device = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    return slice_count(num_rows, num_features, num_edges, x.element_size(), _l2_cache_bytes(device))
+    line = 128 if x.is_cuda else 64
+    return slice_count(num_rows, num_features, num_edges, x.element_size(),
+                       _device_cache_bytes(x.device.type, x.device.index or 0), line)
+
+
+def slice_count(num_rows: int, num_features: int, num_edges: int, element_size: int, cache_bytes: int,
+                line_bytes: int = 128) -> int:
+    """The rule above: four or more slices of ``line_bytes`` a row where the rows exceed twice
+    ``cache_bytes`` and are read by at least ``SLICE_MIN_EDGES_PER_ROW`` edges each, else 1."""
+    width = max(line_bytes // element_size, 1)
+    if (num_features % width or num_features < 4 * width or num_edges < SLICE_MIN_EDGES_PER_ROW * num_rows
+            or num_rows * num_features * element_size < 2 * cache_bytes):
+        return 1
+    return num_features // width
 
 
 @torch.compiler.assume_constant_result  # read once by torch.compile, not traced
-def _l2_cache_bytes(device: int) -> int:
-    if device not in _l2_bytes:
-        _l2_bytes[device] = torch.cuda.get_device_properties(device).L2_cache_size
-    return _l2_bytes[device]
+def _device_cache_bytes(device_type: str, index: int) -> int:
+    """The cache the slices are sized for: a CUDA device's L2, a CPU core's L2 (1 MiB where the
+    system does not say)."""
+    key = (device_type, index)
+    if key not in _cache_bytes:
+        if device_type == "cuda":
+            _cache_bytes[key] = torch.cuda.get_device_properties(index).L2_cache_size
+        else:
+            _cache_bytes[key] = _cpu_l2_bytes()
+    return _cache_bytes[key]
 
 
-def slice_count(num_rows: int, num_features: int, num_edges: int, element_size: int, l2_bytes: int) -> int:
-    """The rule above: four or more slices of 128 bytes a row where the rows exceed twice
-    ``l2_bytes`` and are read by at least ``SLICE_MIN_EDGES_PER_ROW`` edges each, else 1."""
-    width = 128 // element_size
-    if (num_features % width or num_features < 4 * width or num_edges < SLICE_MIN_EDGES_PER_ROW * num_rows
-            or num_rows * num_features * element_size < 2 * l2_bytes):
-        return 1
-    return num_features // width
+def _cpu_l2_bytes() -> int:
+    folder = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in sorted(os.listdir(folder)):
+            with open(os.path.join(folder, entry, "level")) as f:
+                if f.read().strip() != "2":
+                    continue
+            with open(os.path.join(folder, entry, "size")) as f:
+                size = f.read().strip().upper()
+            scale = {"K": 2 ** 10, "M": 2 ** 20}.get(size[-1:], 1)
+            return int(size.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        pass
+    return 2 ** 20
 
 
 _rules: Optional[dict] = None
