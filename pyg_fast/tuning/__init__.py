@@ -63,13 +63,14 @@ COO_MAX_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 20, "cuda": 96 * 2 ** 20}
 # 128-byte lines; CPU: a core's L2 and 64-byte lines, the slices then also stay in L3). Weighted
 # SpMM, ms whole -> sliced (the slices' copies and the concatenation included):
 # - H100, cold L2: 233 k rows, 100 edges a row (reddit2_like), F = 128: 2.80 -> 2.27, F = 256: 6.07
-#   -> 4.60 (8 slices; 4: 4.85); 500 k rows, 50 edges a row, F = 128: 3.84 -> 3.66. Fewer edges a
-#   row lose: reddit2_like's edges thinned to 33 a row, F = 128: 1.00 -> 1.07; 16 a row 0.58 ->
-#   0.81; arxiv_like (7 a row) 0.24 -> 0.45 (2 slices: 0.40). Two slices never paid: reddit2_like
-#   F = 64 (1.2 x L2) 1.13 either way, the 500 k-row graph F = 64 1.75 -> 1.83: at least four.
+#   -> 4.60 (8 slices; 4: 4.85); 500 k rows, 50 edges a row, F = 128: 3.84 -> 3.66; forward +
+#   backward, reddit2_like F = 128: 5.71 -> 4.92 (mean: 5.59 -> 4.69), F = 256: 12.2 -> 9.8.
+#   Fewer edges a row lose: reddit2_like's edges thinned to 33 a row, F = 128: 1.00 -> 1.07; 16 a
+#   row 0.58 -> 0.81; arxiv_like (7 a row) 0.24 -> 0.45 (2 slices: 0.40). Two slices never paid:
+#   reddit2_like F = 64 (1.2 x L2) 1.13 either way, the 500 k-row graph F = 64 1.75 -> 1.83.
 # - CPU (2 cores, 1 MB L2 each, 32 MB L3), 100 edges a row: 100 k rows, F = 64 105 -> 57 (4 slices;
-#   8: 86), F = 128 376 -> 138; 50 k rows, F = 256 327 -> 113; 20 k rows, F = 128 31.7 -> 28.0.
-#   10 edges a row: 1 M rows, F = 64 291 -> 474 (4 slices).
+#   8: 86), F = 128 376 -> 138 (forward + backward 787 -> 378); 50 k rows, F = 256 327 -> 113; 20 k
+#   rows, F = 128 31.7 -> 28.0. 10 edges a row: 1 M rows, F = 64 291 -> 474 (4 slices).
 SLICE_MIN_EDGES_PER_ROW = 40
 _cache_bytes: Dict[Tuple[str, int], int] = {}
 
