@@ -1,8 +1,10 @@
 import pytest
 import torch
+from torch._inductor.compile_fx import compile_fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import pyg_fast
+from pyg_fast import tuning
 from pyg_fast.testing import DEVICES, DTYPES, assert_close, poison_allocator, scatter_reference
 from tests._zoo import ZOO_TEST_GRAPHS, zoo_graph
 
@@ -124,7 +126,6 @@ def test_backward_matches_float64(device, dtype, reduce, weighted):
 def test_feature_slices_match_float64(monkeypatch, device, reduce, weighted):
     """The sliced route (forced here; on CUDA tuning.feature_slices takes it for large, dense
     graphs): forward and backward equal the whole-row float64 reference."""
-    from pyg_fast import tuning
     sliced = []
 
     def four_slices(x, num_edges, heads=1):
@@ -173,6 +174,34 @@ def test_compile_fullgraph_cpu():
     g1 = torch.autograd.grad(compiled(x, w), (x, w))
     g2 = torch.autograd.grad(f(x, w), (x, w))
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g1, g2))
+
+
+def test_feature_slices_compile_fullgraph_cpu():
+    """A graph large and dense enough for the CPU's feature slices (40 edges a row, 10 MB of rows):
+    the slicing decision traces without a graph break, and compiled forward and backward equal
+    the eager ones."""
+    num_nodes, num_edges = 20_000, 800_000
+    src, dst = random_graph(num_nodes, num_edges, num_nodes, "cpu")
+    x = torch.randn(num_nodes, 128, requires_grad=True)
+    w = torch.rand(num_edges) + 0.5
+    assert tuning.feature_slices(x, num_edges) == 8
+
+    def f(x):
+        return pyg_fast.index_weight_segment_reduce(x, src, dst, w, num_nodes, "sum", sorted=True)
+
+    calls = []
+
+    def inductor_counting_calls(gm, example_inputs):
+        calls.extend(n for n in gm.graph.nodes if str(n.target).startswith("pyg_fast.index_segment_reduce"))
+        return compile_fx(gm, example_inputs)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True, backend=inductor_counting_calls)
+    out, ref = compiled(x), f(x)
+    assert len(calls) == 8  # one gather-reduce a slice
+    assert_close(out, ref, torch.float32)
+    grad = torch.randn_like(ref)
+    assert_close(torch.autograd.grad(out, x, grad)[0], torch.autograd.grad(ref, x, grad)[0], torch.float32)
 
 
 def test_bad_inputs_raise_clear_errors():
@@ -252,7 +281,6 @@ SCHEDULES_ON_GRAPHS = [dict(schedule="row", max_lanes=32, threads=128, chunk=256
 def test_every_cuda_schedule_on_graphs(params, kind, reduce):
     """Every schedule (GeoT's and the graph-aware ones) gives the reference's results and
     gradients (x and weight) on skewed graphs, forward and backward under the same schedule."""
-    from pyg_fast import tuning
     src, dst, num_nodes = schedule_test_graph(kind, "cuda")
     x = torch.randn(num_nodes, 2, 8, device="cuda")
     weight = torch.rand(src.numel(), 2, device="cuda") + 0.5
@@ -299,7 +327,6 @@ def test_edges_and_groups_schedules_read_int32_sources_without_gradients(params,
     """Without gradients the edges and groups schedules read an int32 copy of the source index
     (kept with it): the reference's results with single- and multi-head weights; the op itself
     refuses int32 sources for any other schedule."""
-    from pyg_fast import tuning
     src, dst, num_nodes = schedule_test_graph(kind, "cuda")
     ptr = torch._convert_indices_from_coo_to_csr(dst, num_nodes)
     x = torch.randn(num_nodes, num_features, device="cuda")
