@@ -32,6 +32,7 @@ from torch import Tensor
 
 from pyg_fast.config import config as _config
 from pyg_fast.ops import _layout
+from pyg_fast.tuning.reorder import device_cache_bytes
 
 DEFAULT_RULES = os.path.join(os.path.dirname(__file__), "rules.json")
 SCHEDULES: Dict[str, int] = {name: i for i, name in enumerate(torch.ops.pyg_fast.segment_schedule_names())}
@@ -102,31 +103,12 @@ def slice_count(num_rows: int, num_features: int, num_edges: int, element_size: 
 
 @torch.compiler.assume_constant_result  # read once by torch.compile, not traced
 def _device_cache_bytes(device_type: str, index: int) -> int:
-    """The cache the slices are sized for: a CUDA device's L2, a CPU core's L2 (1 MiB where the
-    system does not say)."""
+    """The cache the slices are sized for: the innermost level of ``reorder.device_cache_bytes``
+    (a CUDA device's L2, a CPU core's L2)."""
     key = (device_type, index)
     if key not in _cache_bytes:
-        if device_type == "cuda":
-            _cache_bytes[key] = torch.cuda.get_device_properties(index).L2_cache_size
-        else:
-            _cache_bytes[key] = _cpu_l2_bytes()
+        _cache_bytes[key] = device_cache_bytes(torch.device(device_type, index))[0]
     return _cache_bytes[key]
-
-
-def _cpu_l2_bytes() -> int:
-    folder = "/sys/devices/system/cpu/cpu0/cache"
-    try:
-        for entry in sorted(os.listdir(folder)):
-            with open(os.path.join(folder, entry, "level")) as f:
-                if f.read().strip() != "2":
-                    continue
-            with open(os.path.join(folder, entry, "size")) as f:
-                size = f.read().strip().upper()
-            scale = {"K": 2 ** 10, "M": 2 ** 20}.get(size[-1:], 1)
-            return int(size.rstrip("KM")) * scale
-    except (OSError, ValueError):
-        pass
-    return 2 ** 20
 
 
 _rules: Optional[dict] = None
