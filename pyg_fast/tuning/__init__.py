@@ -59,21 +59,24 @@ PATCH_MIN_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 21, "cuda": 2 ** 25}
 COO_MAX_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 20, "cuda": 96 * 2 ** 20}
 
 # A gather-reduce whose source rows are each read by many edges (at least this many edges a source
-# row) and together exceed twice the cache runs as feature slices of one cache line a row, one after
-# the other: each slice's rows then stay in the cache while the edges read them (CUDA: the L2 and
-# 128-byte lines; CPU: a core's L2 and 64-byte lines, the slices then also stay in L3). Weighted
-# SpMM, ms whole -> sliced (the slices' copies and the concatenation included):
+# row) and together exceed twice the innermost cache runs as feature slices of one cache line a
+# row, one after the other, where a slice's rows fit in 1.5 times the outermost cache: each slice's
+# rows then stay in cache while the edges read them (CUDA: the L2 and 128-byte lines; CPU: a core's
+# L2, the last level and 64-byte lines). Weighted SpMM, ms whole -> sliced (the slices' copies and
+# the concatenation included):
 # - H100, cold L2: 233 k rows, 100 edges a row (reddit2_like), F = 128: 2.80 -> 2.27, F = 256: 6.07
-#   -> 4.60 (8 slices; 4: 4.85); 500 k rows, 50 edges a row, F = 128: 3.84 -> 3.66; forward +
-#   backward, reddit2_like F = 128: 5.71 -> 4.92 (mean: 5.59 -> 4.69), F = 256: 12.2 -> 9.8.
-#   Fewer edges a row lose: reddit2_like's edges thinned to 33 a row, F = 128: 1.00 -> 1.07; 16 a
-#   row 0.58 -> 0.81; arxiv_like (7 a row) 0.24 -> 0.45 (2 slices: 0.40). Two slices never paid:
-#   reddit2_like F = 64 (1.2 x L2) 1.13 either way, the 500 k-row graph F = 64 1.75 -> 1.83.
+#   -> 4.60 (8 slices; 4: 4.85); 500 k rows (a 64 MB slice, 1.28 x L2), 50 edges a row, F = 128:
+#   3.84 -> 3.66; forward + backward, reddit2_like F = 128: 5.71 -> 4.92 (mean: 5.59 -> 4.69), F =
+#   256: 12.2 -> 9.8. Fewer edges a row lose: reddit2_like's edges thinned to 33 a row, F = 128:
+#   1.00 -> 1.07; 16 a row 0.58 -> 0.81; arxiv_like (7 a row) 0.24 -> 0.45 (2 slices: 0.40). Two
+#   slices never paid: reddit2_like F = 64 (1.2 x L2) 1.13 either way, the 500 k-row graph F = 64
+#   1.75 -> 1.83.
 # - CPU (2 cores, 1 MB L2 each, 32 MB L3), 100 edges a row: 100 k rows, F = 64 105 -> 57 (4 slices;
 #   8: 86), F = 128 376 -> 138 (forward + backward 787 -> 378); 50 k rows, F = 256 327 -> 113; 20 k
-#   rows, F = 128 31.7 -> 28.0. 10 edges a row: 1 M rows, F = 64 291 -> 474 (4 slices).
+#   rows, F = 128 31.7 -> 28.0. A slice of 1 M rows (64 MB, 2 x L3) loses at 50 edges a row: F = 64
+#   1172 -> 1379 (forward + backward 3589 -> 4057); at 10 a row 291 -> 474.
 SLICE_MIN_EDGES_PER_ROW = 40
-_cache_bytes: Dict[Tuple[str, int], int] = {}
+_cache_bytes: Dict[Tuple[str, int], Tuple[int, ...]] = {}
 
 
 def feature_slices(x: Tensor, num_edges, heads: int = 1) -> int:
@@ -87,27 +90,27 @@ def feature_slices(x: Tensor, num_edges, heads: int = 1) -> int:
         return 1
     line = 128 if x.is_cuda else 64
     return slice_count(num_rows, num_features, num_edges, x.element_size(),
-                       _device_cache_bytes(x.device.type, x.device.index or 0), line)
+                       _device_caches(x.device.type, x.device.index or 0), line)
 
 
-def slice_count(num_rows: int, num_features: int, num_edges: int, element_size: int, cache_bytes: int,
+def slice_count(num_rows: int, num_features: int, num_edges: int, element_size: int, caches: Tuple[int, ...],
                 line_bytes: int = 128) -> int:
-    """The rule above: four or more slices of ``line_bytes`` a row where the rows exceed twice
-    ``cache_bytes`` and are read by at least ``SLICE_MIN_EDGES_PER_ROW`` edges each, else 1."""
+    """The rule above, for cache levels ``caches`` (bytes, innermost first): four or more slices of
+    ``line_bytes`` a row, else 1."""
     width = max(line_bytes // element_size, 1)
     if (num_features % width or num_features < 4 * width or num_edges < SLICE_MIN_EDGES_PER_ROW * num_rows
-            or num_rows * num_features * element_size < 2 * cache_bytes):
+            or num_rows * num_features * element_size < 2 * caches[0] or 2 * num_rows * line_bytes > 3 * caches[-1]):
         return 1
     return num_features // width
 
 
 @torch.compiler.assume_constant_result  # read once by torch.compile, not traced
-def _device_cache_bytes(device_type: str, index: int) -> int:
-    """The cache the slices are sized for: the innermost level of ``reorder.device_cache_bytes``
-    (a CUDA device's L2, a CPU core's L2)."""
+def _device_caches(device_type: str, index: int) -> Tuple[int, ...]:
+    """The cache levels the slices are sized for (``reorder.device_cache_bytes``: a CUDA device's
+    L2; a CPU core's L2 and the last level)."""
     key = (device_type, index)
     if key not in _cache_bytes:
-        _cache_bytes[key] = device_cache_bytes(torch.device(device_type, index))[0]
+        _cache_bytes[key] = device_cache_bytes(torch.device(device_type, index))
     return _cache_bytes[key]
 
 

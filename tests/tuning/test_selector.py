@@ -107,21 +107,24 @@ def test_shipped_rules_name_known_schedules():
 
 def test_slice_count_rule():
     """Feature slices of one cache line a row only for rows read by many edges that exceed twice
-    the cache, four slices at least."""
-    l2 = 50 * 2 ** 20
-    dense = dict(num_rows=232_965, num_edges=23_213_838, cache_bytes=l2)  # 100 edges a row
+    the innermost cache and whose slices fit in 1.5 x the outermost, four slices at least."""
+    l2 = (50 * 2 ** 20,)
+    dense = dict(num_rows=232_965, num_edges=23_213_838, caches=l2)  # 100 edges a row
     assert tuning.slice_count(num_features=128, element_size=4, **dense) == 4
     assert tuning.slice_count(num_features=256, element_size=4, **dense) == 8
     assert tuning.slice_count(num_features=256, element_size=2, **dense) == 4
     assert tuning.slice_count(num_features=64, element_size=4, **dense) == 1  # 1.2 x L2
     assert tuning.slice_count(num_features=128, element_size=2, **dense) == 1  # two slices
     assert tuning.slice_count(num_features=136, element_size=4, **dense) == 1  # not whole lines
-    assert tuning.slice_count(num_features=64, element_size=4, num_rows=500_000, num_edges=25_000_000,
-                              cache_bytes=l2) == 1  # 2.4 x L2, but two slices
-    sparse = dict(num_rows=169_343, num_edges=1_166_243, cache_bytes=l2)  # 7 edges a row
+    big = dict(num_rows=500_000, num_edges=25_000_000, caches=l2)  # a 64 MB slice
+    assert tuning.slice_count(num_features=128, element_size=4, **big) == 4
+    assert tuning.slice_count(num_features=64, element_size=4, **big) == 1  # two slices
+    sparse = dict(num_rows=169_343, num_edges=1_166_243, caches=l2)  # 7 edges a row
     assert tuning.slice_count(num_features=256, element_size=4, **sparse) == 1
-    # CPU: 64-byte lines, a core's L2
-    assert tuning.slice_count(100_000, 64, 10_000_000, 4, 2 ** 20, line_bytes=64) == 4
-    assert tuning.slice_count(1_000_000, 64, 10_000_000, 4, 2 ** 20, line_bytes=64) == 1  # 10 edges a row
+    # CPU: 64-byte lines, a core's L2 and the last level
+    cpu = (2 ** 20, 32 * 2 ** 20)
+    assert tuning.slice_count(100_000, 64, 10_000_000, 4, cpu, line_bytes=64) == 4
+    assert tuning.slice_count(1_000_000, 64, 50_000_000, 4, cpu, line_bytes=64) == 1  # a 64 MB slice
+    assert tuning.slice_count(1_000_000, 64, 10_000_000, 4, cpu, line_bytes=64) == 1  # 10 edges a row
     assert tuning.feature_slices(torch.randn(100_000, 128), 10_000_000) == 8
     assert tuning.feature_slices(torch.randn(100_000, 128), 10_000_000, heads=2) == 1
