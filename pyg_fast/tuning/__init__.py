@@ -59,11 +59,11 @@ PATCH_MIN_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 21, "cuda": 2 ** 25}
 COO_MAX_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 20, "cuda": 96 * 2 ** 20}
 
 # A gather-reduce whose source rows are each read by many edges (at least this many edges a source
-# row) and together exceed twice the innermost cache runs as feature slices of one cache line a
-# row, one after the other, where a slice's rows fit in 1.5 times the outermost cache: each slice's
-# rows then stay in cache while the edges read them (CUDA: the L2 and 128-byte lines; CPU: a core's
-# L2, the last level and 64-byte lines). Weighted SpMM, ms whole -> sliced (the slices' copies and
-# the concatenation included):
+# row) and together exceed twice the innermost cache and half the outermost runs as feature slices
+# of one cache line a row, one after the other, where a slice's rows fit in 1.5 times the outermost
+# cache: each slice's rows then stay in cache while the edges read them (CUDA: the L2 and 128-byte
+# lines; CPU: a core's L2, the last level and 64-byte lines). Weighted SpMM, ms whole -> sliced
+# (the slices' copies and the concatenation included):
 # - H100, cold L2: 233 k rows, 100 edges a row (reddit2_like), F = 128: 2.80 -> 2.27, F = 256: 6.07
 #   -> 4.60 (8 slices; 4: 4.85); 500 k rows (a 64 MB slice, 1.28 x L2), 50 edges a row, F = 128:
 #   3.84 -> 3.66; forward + backward, reddit2_like F = 128: 5.71 -> 4.92 (mean: 5.59 -> 4.69), F =
@@ -74,7 +74,9 @@ COO_MAX_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 20, "cuda": 96 * 2 ** 20}
 # - CPU (2 cores, 1 MB L2 each, 32 MB L3), 100 edges a row: 100 k rows, F = 64 105 -> 57 (4 slices;
 #   8: 86), F = 128 376 -> 138 (forward + backward 787 -> 378); 50 k rows, F = 256 327 -> 113; 20 k
 #   rows, F = 128 31.7 -> 28.0. A slice of 1 M rows (64 MB, 2 x L3) loses at 50 edges a row: F = 64
-#   1172 -> 1379 (forward + backward 3589 -> 4057); at 10 a row 291 -> 474.
+#   1172 -> 1379 (forward + backward 3589 -> 4057); at 10 a row 291 -> 474. So do rows that fit in
+#   L3 anyway: 11 k rows (HGB ACM's projection, 50 edges a row), F = 64 / 256 (2.8 / 11 MB): 2.49 ->
+#   3.50, 8.74 -> 13.65; Tolokers (88 a row) F = 256 (12 MB) 18.8 -> 23.1.
 SLICE_MIN_EDGES_PER_ROW = 40
 _cache_bytes: Dict[Tuple[str, int], Tuple[int, ...]] = {}
 
@@ -99,7 +101,8 @@ def slice_count(num_rows: int, num_features: int, num_edges: int, element_size: 
     ``line_bytes`` a row, else 1."""
     width = max(line_bytes // element_size, 1)
     if (num_features % width or num_features < 4 * width or num_edges < SLICE_MIN_EDGES_PER_ROW * num_rows
-            or num_rows * num_features * element_size < 2 * caches[0] or 2 * num_rows * line_bytes > 3 * caches[-1]):
+            or num_rows * num_features * element_size < max(2 * caches[0], caches[-1] // 2)
+            or 2 * num_rows * line_bytes > 3 * caches[-1]):
         return 1
     return num_features // width
 

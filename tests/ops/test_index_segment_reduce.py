@@ -177,10 +177,10 @@ def test_compile_fullgraph_cpu():
 
 
 def test_feature_slices_compile_fullgraph_cpu():
-    """A graph large and dense enough for the CPU's feature slices (40 edges a row, 10 MB of rows):
+    """A graph large and dense enough for the CPU's feature slices (40 edges a row, 26 MB of rows):
     the slicing decision traces without a graph break, and compiled forward and backward equal
     the eager ones."""
-    num_nodes, num_edges = 20_000, 800_000
+    num_nodes, num_edges = 50_000, 2_000_000
     src, dst = random_graph(num_nodes, num_edges, num_nodes, "cpu")
     x = torch.randn(num_nodes, 128, requires_grad=True)
     w = torch.rand(num_edges) + 0.5

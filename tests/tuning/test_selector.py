@@ -107,7 +107,8 @@ def test_shipped_rules_name_known_schedules():
 
 def test_slice_count_rule():
     """Feature slices of one cache line a row only for rows read by many edges that exceed twice
-    the innermost cache and whose slices fit in 1.5 x the outermost, four slices at least."""
+    the innermost cache and half the outermost and whose slices fit in 1.5 x the outermost, four
+    slices at least."""
     l2 = (50 * 2 ** 20,)
     dense = dict(num_rows=232_965, num_edges=23_213_838, caches=l2)  # 100 edges a row
     assert tuning.slice_count(num_features=128, element_size=4, **dense) == 4
@@ -126,5 +127,6 @@ def test_slice_count_rule():
     assert tuning.slice_count(100_000, 64, 10_000_000, 4, cpu, line_bytes=64) == 4
     assert tuning.slice_count(1_000_000, 64, 50_000_000, 4, cpu, line_bytes=64) == 1  # a 64 MB slice
     assert tuning.slice_count(1_000_000, 64, 10_000_000, 4, cpu, line_bytes=64) == 1  # 10 edges a row
+    assert tuning.slice_count(10_942, 256, 547_872, 4, cpu, line_bytes=64) == 1  # 11 MB: fits L3
     assert tuning.feature_slices(torch.randn(100_000, 128), 10_000_000) == 8
     assert tuning.feature_slices(torch.randn(100_000, 128), 10_000_000, heads=2) == 1
