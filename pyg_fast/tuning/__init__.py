@@ -59,11 +59,11 @@ PATCH_MIN_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 21, "cuda": 2 ** 25}
 COO_MAX_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 20, "cuda": 96 * 2 ** 20}
 
 # A gather-reduce whose source rows are each read by many edges (at least this many edges a source
-# row) and together exceed twice the innermost cache and half the outermost runs as feature slices
-# of one cache line a row, one after the other, where a slice's rows fit in 1.5 times the outermost
-# cache: each slice's rows then stay in cache while the edges read them (CUDA: the L2 and 128-byte
-# lines; CPU: a core's L2, the last level and 64-byte lines). Weighted SpMM, ms whole -> sliced
-# (the slices' copies and the concatenation included):
+# row, per device type) and together exceed twice the innermost cache and half the outermost runs
+# as feature slices of one cache line a row, one after the other, where a slice's rows fit in 1.5
+# times the outermost cache: each slice's rows then stay in cache while the edges read them (CUDA:
+# the L2 and 128-byte lines; CPU: a core's L2, the last level and 64-byte lines). Weighted SpMM, ms
+# whole -> sliced (the slices' copies and the concatenation included):
 # - H100, cold L2: 233 k rows, 100 edges a row (reddit2_like), F = 128: 2.80 -> 2.27, F = 256: 6.07
 #   -> 4.60 (8 slices; 4: 4.85); 500 k rows (a 64 MB slice, 1.28 x L2), 50 edges a row, F = 128:
 #   3.84 -> 3.66; forward + backward, reddit2_like F = 128: 5.71 -> 4.92 (mean: 5.59 -> 4.69), F =
@@ -76,8 +76,11 @@ COO_MAX_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 20, "cuda": 96 * 2 ** 20}
 #   rows, F = 128 31.7 -> 28.0. A slice of 1 M rows (64 MB, 2 x L3) loses at 50 edges a row: F = 64
 #   1172 -> 1379 (forward + backward 3589 -> 4057); at 10 a row 291 -> 474. So do rows that fit in
 #   L3 anyway: 11 k rows (HGB ACM's projection, 50 edges a row), F = 64 / 256 (2.8 / 11 MB): 2.49 ->
-#   3.50, 8.74 -> 13.65; Tolokers (88 a row) F = 256 (12 MB) 18.8 -> 23.1.
-SLICE_MIN_EDGES_PER_ROW = 40
+#   3.50, 8.74 -> 13.65; Tolokers (88 a row) F = 256 (12 MB) 18.8 -> 23.1. Fewer edges a row pay
+#   on the CPU down to 20 (the six cases measured at 20-30 that the rest of the rule admits: 1.16-1.9x
+#   with backward; 100 k rows F = 128 64.5 -> 41.9, 300 k rows F = 64 176 -> 122); at 15 forward +
+#   backward lost (46.3 -> 49.8).
+SLICE_MIN_EDGES_PER_ROW: Dict[str, int] = {"cuda": 40, "cpu": 20}
 _cache_bytes: Dict[Tuple[str, int], Tuple[int, ...]] = {}
 
 
@@ -92,15 +95,16 @@ def feature_slices(x: Tensor, num_edges, heads: int = 1) -> int:
         return 1
     line = 128 if x.is_cuda else 64
     return slice_count(num_rows, num_features, num_edges, x.element_size(),
-                       _device_caches(x.device.type, x.device.index or 0), line)
+                       _device_caches(x.device.type, x.device.index or 0), line,
+                       SLICE_MIN_EDGES_PER_ROW[x.device.type])
 
 
 def slice_count(num_rows: int, num_features: int, num_edges: int, element_size: int, caches: Tuple[int, ...],
-                line_bytes: int = 128) -> int:
+                line_bytes: int = 128, min_edges_per_row: int = SLICE_MIN_EDGES_PER_ROW["cuda"]) -> int:
     """The rule above, for cache levels ``caches`` (bytes, innermost first): four or more slices of
     ``line_bytes`` a row, else 1."""
     width = max(line_bytes // element_size, 1)
-    if (num_features % width or num_features < 4 * width or num_edges < SLICE_MIN_EDGES_PER_ROW * num_rows
+    if (num_features % width or num_features < 4 * width or num_edges < min_edges_per_row * num_rows
             or num_rows * num_features * element_size < max(2 * caches[0], caches[-1] // 2)
             or 2 * num_rows * line_bytes > 3 * caches[-1]):
         return 1

@@ -124,9 +124,11 @@ def test_slice_count_rule():
     assert tuning.slice_count(num_features=256, element_size=4, **sparse) == 1
     # CPU: 64-byte lines, a core's L2 and the last level
     cpu = (2 ** 20, 32 * 2 ** 20)
-    assert tuning.slice_count(100_000, 64, 10_000_000, 4, cpu, line_bytes=64) == 4
+    assert tuning.slice_count(100_000, 64, 10_000_000, 4, cpu, line_bytes=64, min_edges_per_row=20) == 4
     assert tuning.slice_count(1_000_000, 64, 50_000_000, 4, cpu, line_bytes=64) == 1  # a 64 MB slice
     assert tuning.slice_count(1_000_000, 64, 10_000_000, 4, cpu, line_bytes=64) == 1  # 10 edges a row
     assert tuning.slice_count(10_942, 256, 547_872, 4, cpu, line_bytes=64) == 1  # 11 MB: fits L3
+    assert tuning.slice_count(100_000, 128, 2_000_000, 4, cpu, line_bytes=64, min_edges_per_row=20) == 8
+    assert tuning.slice_count(100_000, 64, 1_500_000, 4, cpu, line_bytes=64, min_edges_per_row=20) == 1
     assert tuning.feature_slices(torch.randn(100_000, 128), 10_000_000) == 8
     assert tuning.feature_slices(torch.randn(100_000, 128), 10_000_000, heads=2) == 1
