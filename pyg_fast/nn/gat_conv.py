@@ -118,10 +118,10 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
                        edge_attr: OptTensor, is_loop: Optional[Tensor], num_dst: int) -> Tensor:
         """The attention and aggregation of a graph's first uses, with no grouping (``coo_route``):
         the edges in input order, the loops appended, the softmax and the weighted sum with atomics.
-        On CUDA indices out of range are read by no kernel and reported by the aggregation; an edge
-        whose source alone is out of range scores 0 in its destination's softmax, so that
-        destination's output in the call that reports it is off (the grouped route leaves it out).
-        On the CPU they raise before the scores."""
+        Indices out of range are read by no kernel and reported by the aggregation (at once on the
+        CPU); an edge whose source alone is out of range scores 0 in its destination's softmax, so
+        that destination's output in the call that reports it is off (the grouped route leaves it
+        out)."""
         H, C = self.heads, self.out_channels
         src, dst, names = _graph.endpoints(edge_index, self.flow)
         if is_loop is not None:  # kept with edge_index: the next layer's reports of it are skipped
@@ -129,9 +129,6 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
                                       functools.partial(_looped, src, dst, is_loop.numel() - src.numel()))
         if src.numel() == 0:
             return h_src.new_zeros(num_dst, H * C)
-        if not src.is_cuda:  # the CPU sddmm raises on an index out of range: checked first, by name
-            src_name, src_size, dst_name, dst_size = names.split("|")
-            _layout.checked_indices((src, alpha_src, 0, src_name, src_size), (dst, alpha_dst, 0, dst_name, dst_size))
         alpha = run(torch.ops.pyg_fast.sddmm, alpha_src.unsqueeze(-1), alpha_dst.unsqueeze(-1), src, dst,
                     "add").squeeze(-1)
         if edge_attr is not None and self.lin_edge is not None:

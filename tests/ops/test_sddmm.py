@@ -120,6 +120,21 @@ def test_bad_input():
         sddmm(a, torch.randn(4, 9), idx, idx)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", ["dot", "add", "mul"])
+def test_raw_op_gives_zeros_for_indices_out_of_range(device, op):
+    """The raw op checks nothing (its callers check and report the indices): an edge with an end
+    out of range gets zeros on every device, the other edges their float64 values."""
+    a, b = random_operands(5, 4, (2, 8), torch.float32, device, op)
+    ai = torch.tensor([0, 5, 4, -1, 2], device=device)
+    bi = torch.tensor([3, 0, 4, 1, 1], device=device)
+    out = torch.ops.pyg_fast.sddmm(a.detach(), b.detach(), ai, bi, op)
+    valid = torch.tensor([True, False, False, False, True], device=device)
+    ref = OPS[op](a.detach().double()[ai[valid]], b.detach().double()[bi[valid]])
+    assert_close(out[valid], ref, torch.float32)
+    assert bool((out[~valid] == 0).all())
+
+
 def test_compile_fullgraph():
     # Forward only: the backward's index validation (ops/_layout.py) guards on data under AOT
     # tracing, reported to the owner of _layout.

@@ -5,7 +5,7 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
-#include <atomic>
+#include <algorithm>
 
 #include "../ops/sddmm.h"
 #include "segment_walk.h"
@@ -27,7 +27,6 @@ at::Tensor sddmm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_i
   const EdgeOp op = parse_edge_op(std::string(op_name));
   const int64_t E = a_index.numel(), H = a.size(1), D = a.size(2), Na = a.size(0), Nb = b.size(0);
   auto out = op == EdgeOp::Dot ? at::empty({E, H}, a.options()) : at::empty({E, H, D}, a.options());
-  std::atomic<bool> bad_index{false};
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "sddmm", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     const scalar_t* pa = a.const_data_ptr<scalar_t>();
@@ -40,8 +39,9 @@ at::Tensor sddmm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_i
       at::parallel_for(0, E, std::max<int64_t>(1, kGrainSize / (H * D)), [&](int64_t lo, int64_t hi) {
         for (int64_t e = lo; e < hi; ++e) {
           const int64_t i = ia[e], j = ib[e];
-          if (i < 0 || i >= Na || j < 0 || j >= Nb) {
-            bad_index = true;
+          if (i < 0 || i >= Na || j < 0 || j >= Nb) {  // zeros, as on CUDA: the Python layer reports the index
+            std::fill(o + e * H * (OP == EdgeOp::Dot ? 1 : D), o + (e + 1) * H * (OP == EdgeOp::Dot ? 1 : D),
+                      scalar_t(0));
             continue;
           }
           const scalar_t* ra = pa + i * H * D;
@@ -69,7 +69,6 @@ at::Tensor sddmm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_i
       case EdgeOp::Div: run(std::integral_constant<EdgeOp, EdgeOp::Div>{}); break;
     }
   });
-  PF_CHECK_INDEX(!bad_index, "pyg_fast: sddmm index out of range (a has ", Na, " rows, b has ", Nb, ")");
   return out;
 }
 
