@@ -172,7 +172,8 @@ def _gcn_normalized_op(edge_index: Tensor, num_nodes: int, improved: bool, add_s
         graph, weight = gcn_normalized(edge_index, None, num_nodes, improved, add_self_loops, flow, dtype)
         perm = edge_index.new_empty(0) if not with_perm else (
             torch.arange(graph.src.numel(), device=edge_index.device) if graph.perm is None else graph.perm)
-        return graph.src, graph.ptr, perm, weight
+        # the sources are read by the gather kernels alone: in their narrowest type
+        return graph.src.to(_layout.gather_index_dtype(edge_index, num_nodes)), graph.ptr, perm, weight
 
     if not _layout.eager(edge_index):
         return compute()
@@ -183,7 +184,8 @@ def _gcn_normalized_op(edge_index: Tensor, num_nodes: int, improved: bool, add_s
 @_gcn_normalized_op.register_fake
 def _(edge_index, num_nodes, improved, add_self_loops, flow, dtype, with_perm):
     E = edge_index.size(1) + (num_nodes if add_self_loops else 0)
-    return (edge_index.new_empty(E, dtype=torch.long), edge_index.new_empty(num_nodes + 1, dtype=torch.long),
+    return (edge_index.new_empty(E, dtype=_layout.gather_index_dtype(edge_index, num_nodes)),
+            edge_index.new_empty(num_nodes + 1, dtype=torch.long),
             edge_index.new_empty(E if with_perm else 0, dtype=torch.long),
             torch.empty((E, 1), dtype=dtype, device=edge_index.device))
 

@@ -18,10 +18,10 @@ from pyg_fast import tuning
 from pyg_fast.ops import _deferred, _layout
 
 EXTREMA = ("max", "min", "amax", "amin")
-# The schedules whose kernels read int32 source indices: at small F the index is a large share of
-# the bytes a weighted gather moves (SpMM F = 1: 0.93x -> 1.03x cuSPARSE on a 23 M-edge graph).
+# The schedules for which an eager call keeps an int32 copy of an int64 source index (the CUDA
+# kernels read either): at small F the index is a large share of the bytes a weighted gather moves
+# (SpMM F = 1: 0.93x -> 1.03x cuSPARSE on a 23 M-edge graph).
 _INT32_SCHEDULES = (tuning.SCHEDULES["edges"], tuning.SCHEDULES["groups"])
-INT32_MAX = 2 ** 31 - 1
 
 
 def run(op, *args):
@@ -79,7 +79,7 @@ def reduce_csr(x2: Tensor, src_index: Tensor, ptr: Tensor, weight: Optional[Tens
                           for part in x2.split(x2.size(1) // slices, dim=1)], dim=1)
     launch = tuning.segment_launch(x2, ptr, src_index.numel(), gather=True,
                                    heads=1 if weight is None else weight.size(1))
-    if launch.config and launch.config[0] in _INT32_SCHEDULES and x2.size(0) <= INT32_MAX and not (
+    if launch.config and launch.config[0] in _INT32_SCHEDULES and x2.size(0) <= _layout.INT32_MAX and not (
             torch.is_grad_enabled() and (x2.requires_grad or (weight is not None and weight.requires_grad))):
         src_index = _layout.cached(src_index, ("as_int32",), lambda: src_index.int())  # the backward reads int64
     return run(torch.ops.pyg_fast.index_segment_reduce, x2.contiguous(), src_index, ptr,
@@ -122,8 +122,10 @@ def weight_in_order(weight: Tensor, dtype: torch.dtype, perm: Optional[Tensor]) 
     backward asks once a slice); a new weight replaces it rather than piling up beside it."""
     if perm is None:
         return weight_as(weight, dtype)
-    if (weight.requires_grad and torch.is_grad_enabled()) or not _layout.eager(weight, perm):
+    if weight.requires_grad and torch.is_grad_enabled():
         return gather_rows(weight_as(weight, dtype), perm)
+    if not _layout.eager(weight, perm):
+        return _layout.in_order(weight_as(weight, dtype), perm)
     kept = _layout.cached(perm, ("weight_in_order", dtype), lambda: [None, -1, None])
     if kept[0] is None or kept[0]() is not weight or kept[1] != weight._version:
         kept[:] = [weakref.ref(weight), weight._version, gather_rows(weight_as(weight, dtype), perm)]
@@ -196,22 +198,23 @@ def _gather_backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
     grad_out = grad_out.contiguous()
     N, F = ctx.num_src, grad_out.size(1)
     E, V, H = src_index.numel(), ptr.numel() - 1, 1 if weight is None else weight.size(1)
-    src_index = src_index.long()  # an int32 copy read by the forward
+    # src_index as the forward read it (int32 from a layout on CUDA): the grouping by source is
+    # kept with that tensor; the kernels below that take int64 get an int64 copy
     grad_x = grad_w = None
     if ctx.reduce in EXTREMA:
         grad_msg = torch.ops.pyg_fast.index_segment_reduce_extremum_backward(
-            grad_out, x, src_index, ptr, weight, out).view(E, H, F // H)
+            grad_out, x, src_index.long(), ptr, weight, out).view(E, H, F // H)
         if need_x:  # the messages summed per source, on the same grouping by source as below
             msg = grad_msg * weight.unsqueeze(-1) if weight is not None else grad_msg
             t = _layout.transposed_layout(src_index, ptr, N)
             grad_x = reduce_csr(msg.view(E, F), t.perm, t.ptr, None, "sum")
         if need_w:
-            grad_w = (grad_msg * gather_rows(x, src_index).view(E, H, F // H)).sum(-1)
+            grad_w = (grad_msg * gather_rows(x, src_index.long()).view(E, H, F // H)).sum(-1)
         return grad_x, None, None, grad_w, None, None, None
     if ctx.reduce == "mean":  # divided, as PyG's mean backward does: the same rounding
         grad_out = grad_out / _layout.segment_sizes(ptr, grad_out.dtype)
     if need_x and coo_route(src_index, ("transposed", N), E * F):  # no regrouping of a graph's first uses
-        grad_x = gather_scatter(grad_out, _layout.ptr_to_index(ptr, E), src_index, weight, N, "sum", None)
+        grad_x = gather_scatter(grad_out, _layout.ptr_to_index(ptr, E), src_index.long(), weight, N, "sum", None)
     elif need_x:
         t = _layout.transposed_layout(src_index, ptr, N, with_perm=weight is not None)
         # kept with the order where it is data (every backward over a reused graph, every slice)
@@ -220,7 +223,7 @@ def _gather_backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
     if need_w:
         dst_index = _layout.ptr_to_index(ptr, E)
         grad_w = run(torch.ops.pyg_fast.sddmm, grad_out.view(V, H, F // H), x.view(N, H, F // H), dst_index,
-                     src_index, "dot")
+                     src_index.long(), "dot")
     return grad_x, None, None, grad_w, None, None, None
 
 

@@ -262,8 +262,7 @@ void launch_extremum_backward(const Rows& rows, const at::Tensor& seg, int64_t n
 }
 
 // The chunk and edges schedules: one pass over chunks of rows, then the fixup pass over the segments
-// combines the ones that cross chunks and writes the empty ones. A row source with int32 indices
-// (Rows::kNarrowIndex) takes the edges schedule here, never the chunk one.
+// combines the ones that cross chunks and writes the empty ones.
 template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
 void launch_chunked(const SegmentConfig& c, const at::Tensor& ptr, int64_t num_segments, int64_t batch,
                     const Rows& rows, at::Tensor& out) {
@@ -278,7 +277,7 @@ void launch_chunked(const SegmentConfig& c, const at::Tensor& ptr, int64_t num_s
     segment_edges_kernel<scalar_t, acc_t, R, VEC>
         <<<grid_for(batch * num_chunks, c.threads / kWarpSize), c.threads, 0, stream>>>(
             p, num_segments, batch, c.chunk, num_chunks, c.lanes, rows, o, cp);
-  } else if constexpr (!Rows::kNarrowIndex) {
+  } else {
     segment_chunks_kernel<scalar_t, acc_t, R, VEC><<<grid_for(batch * num_chunks, c), c.threads, 0, stream>>>(
         p, num_segments, batch, c.chunk, num_chunks, groups, rows, o, cp);
   }
@@ -306,9 +305,9 @@ void launch_groups(const SegmentConfig& c, const GraphLayout& layout, const at::
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// launch_segment_reduce for row sources of int64 indices: any schedule.
+// Reduces the rows of `rows` into out [B, V, F] with the configured schedule.
 template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
-void launch_segment_reduce_any(const SegmentConfig& c, const GraphLayout& layout, const at::Tensor& ptr,
+void launch_segment_reduce(const SegmentConfig& c, const GraphLayout& layout, const at::Tensor& ptr,
                                int64_t num_segments, int64_t batch, const Rows& rows, at::Tensor& out) {
   auto stream = c10::cuda::getCurrentCUDAStream();
   const Groups groups{c.lanes};
@@ -343,24 +342,6 @@ void launch_segment_reduce_any(const SegmentConfig& c, const GraphLayout& layout
     case Schedule::Edges:
       launch_chunked<scalar_t, acc_t, R, VEC>(c, ptr, num_segments, batch, rows, out);
       return;
-  }
-}
-
-// Reduces the rows of `rows` into out [B, V, F] with the configured schedule.
-template <typename scalar_t, typename acc_t, Reduce R, int VEC, typename Rows>
-void launch_segment_reduce(const SegmentConfig& c, const GraphLayout& layout, const at::Tensor& ptr,
-                           int64_t num_segments, int64_t batch, const Rows& rows, at::Tensor& out) {
-  if constexpr (Rows::kNarrowIndex) {
-    PF_CHECK_VALUE(c.schedule == Schedule::Edges || c.schedule == Schedule::Groups,
-                   "pyg_fast: int32 source indices are read by the edges and groups schedules only (schedule ",
-                   static_cast<int64_t>(c.schedule), " was asked for)");
-    if (c.schedule == Schedule::Groups) {
-      launch_groups<scalar_t, acc_t, R, VEC>(c, layout, ptr, num_segments, batch, rows, out);
-    } else {
-      launch_chunked<scalar_t, acc_t, R, VEC>(c, ptr, num_segments, batch, rows, out);
-    }
-  } else {
-    launch_segment_reduce_any<scalar_t, acc_t, R, VEC>(c, layout, ptr, num_segments, batch, rows, out);
   }
 }
 

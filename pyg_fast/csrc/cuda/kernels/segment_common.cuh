@@ -62,7 +62,6 @@ template <typename scalar_t, int VEC>
 struct DirectRows {
   using scalar_type = scalar_t;
   static constexpr int kVec = VEC;
-  static constexpr bool kNarrowIndex = false;
   const scalar_t* __restrict__ src;
   int64_t num_rows, num_features;
 
@@ -101,13 +100,12 @@ struct DirectRows {
 
 // Row e is x[src_index[e]] times weight[e, f0 / head_dim] (if weighted); x is [N, F].
 // Out-of-range source indices are skipped (the Python layer reports them before launching).
-// Source indices are int64, or int32 (index_t) for the edges and groups schedules: at small F the
-// index is a large share of the bytes a weighted gather moves.
+// Source indices are int64 or int32 (index_t): at small F the index is a large share of the bytes a
+// weighted gather moves.
 template <typename scalar_t, int VEC, bool WEIGHTED, typename index_t = int64_t>
 struct GatheredRows {
   using scalar_type = scalar_t;
   static constexpr int kVec = VEC;
-  static constexpr bool kNarrowIndex = sizeof(index_t) != sizeof(int64_t);  // edges and groups schedules only
   const scalar_t* __restrict__ x;
   const index_t* __restrict__ src_index;
   const scalar_t* __restrict__ weight;  // [E, num_heads], read only if WEIGHTED
