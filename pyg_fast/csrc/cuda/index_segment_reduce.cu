@@ -5,37 +5,10 @@
 #include <torch/library.h>
 
 #include "../ops/index_segment_reduce.h"
-#include "segment_launch.cuh"
+#include "gathered_launch.cuh"
 
 namespace pyg_fast::cuda {
 namespace {
-
-// Calls f(rows) with the gathered row source of the right vector width and weighting, and of the
-// source index's type where INT32_INDEX (int32 or int64; else int64 only).
-template <typename scalar_t, bool INT32_INDEX = false, typename F>
-void with_gathered_rows(const SegmentConfig& c, const at::Tensor& x, const at::Tensor& src_index,
-                        const std::optional<at::Tensor>& weight, const F& f) {
-  const int64_t H = weight ? weight->size(1) : 1;
-  const int64_t N = x.size(0), Fdim = x.size(1), E = src_index.numel();
-  dispatch_vec<scalar_t>(c.vec, [&](auto vec) {
-    constexpr int VEC = decltype(vec)::value;
-    const scalar_t* xp = x.const_data_ptr<scalar_t>();
-    const auto with_index = [&](auto index_type) {
-      using index_t = decltype(index_type);
-      const index_t* ip = src_index.const_data_ptr<index_t>();
-      if (weight) {
-        f(GatheredRows<scalar_t, VEC, true, index_t>{xp, ip, weight->const_data_ptr<scalar_t>(), N, E, Fdim, H,
-                                                      Fdim / H});
-      } else {
-        f(GatheredRows<scalar_t, VEC, false, index_t>{xp, ip, nullptr, N, E, Fdim, 1, Fdim});
-      }
-    };
-    if constexpr (INT32_INDEX) {
-      if (src_index.scalar_type() == at::kInt) return with_index(int32_t{});
-    }
-    with_index(int64_t{});
-  });
-}
 
 at::Tensor index_segment_reduce(const at::Tensor& x, const at::Tensor& src_index, const at::Tensor& ptr,
                                 const std::optional<at::Tensor>& weight, c10::string_view reduce,
@@ -52,15 +25,11 @@ at::Tensor index_segment_reduce(const at::Tensor& x, const at::Tensor& src_index
   c.align_to({x.const_data_ptr(), out.const_data_ptr()}, x.element_size());
   at::Tensor built;
   const GraphLayout layout = launch_layout(c, schedule_data, ptr, E, x, built);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "index_segment_reduce", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    PF_DISPATCH_REDUCE(op, [&] {
-      with_gathered_rows<scalar_t, /*INT32_INDEX=*/true>(c, x, src_index, weight, [&](const auto& rows) {
-        constexpr int VEC = std::decay_t<decltype(rows)>::kVec;
-        launch_segment_reduce<scalar_t, acc_t, R, VEC>(c, layout, ptr, V, 1, rows, out);
-      });
-    });
-  });
+  if (src_index.scalar_type() == at::kInt) {
+    launch_gathered<int32_t>(c, layout, op, x, src_index, ptr, weight, out);
+  } else {
+    launch_gathered<int64_t>(c, layout, op, x, src_index, ptr, weight, out);
+  }
   return out;
 }
 
@@ -83,7 +52,7 @@ at::Tensor index_segment_reduce_extremum_backward(const at::Tensor& grad_out, co
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(),
                                   "index_segment_reduce_extremum_backward", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    with_gathered_rows<scalar_t>(c, x, src_index, weight, [&](const auto& rows) {
+    with_gathered_rows<scalar_t, int64_t>(c, x, src_index, weight, [&](const auto& rows) {
       constexpr int VEC = std::decay_t<decltype(rows)>::kVec;
       launch_extremum_backward<scalar_t, acc_t, VEC>(rows, seg, V, 1, best, g, grad_msg);
     });
@@ -92,6 +61,10 @@ at::Tensor index_segment_reduce_extremum_backward(const at::Tensor& grad_out, co
 }
 
 }  // namespace
+
+template void launch_gathered<int64_t>(const SegmentConfig&, const GraphLayout&, Reduce, const at::Tensor&,
+                                       const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                       at::Tensor&);
 
 TORCH_LIBRARY_IMPL(pyg_fast, CUDA, m) {
   m.impl("index_segment_reduce", &index_segment_reduce);
