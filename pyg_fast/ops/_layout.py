@@ -498,15 +498,14 @@ def _transposed(src_index: Tensor, dst_ptr: Tensor, num_src: int) -> List[Tensor
     return [perm, ptr, dst_index.to(gather_index_dtype(dst_ptr, dst_ptr.numel() - 1))]
 
 
-def _in_order(values: Tensor, perm: Tensor) -> List[Tensor]:
-    return [values.index_select(0, perm)]
-
 
 def _looped(src: Tensor, ptr: Tensor, perm: Tensor, num_loops: int) -> List[Tensor]:
     return list(torch.ops.pyg_fast.looped_csr(src, ptr, perm, num_loops))
 
 
-_DERIVED = {"destinations": _destinations, "transposed": _transposed, "looped": _looped, "in_order": _in_order}
+# "in_order" (values[perm], a recorded graph's weights in another order) is registered by
+# ops/_kernels.py, whose gather it runs.
+_DERIVED = {"destinations": _destinations, "transposed": _transposed, "looped": _looped}
 
 
 @torch.library.custom_op("pyg_fast::derived_layout", mutates_args=())
@@ -574,16 +573,6 @@ def transposed_layout(src_index: Tensor, dst_ptr: Tensor, num_src: int, with_per
     ``perm`` may come empty without ``with_perm``; ``dst_index`` in ``gather_index_dtype``."""
     return cached_with(src_index, dst_ptr, ("transposed", num_src), lambda: TransposedLayout(
         *_derive("transposed", [src_index, dst_ptr], [num_src], () if with_perm else (0,))))
-
-
-def in_order(values: Tensor, perm: Tensor) -> Tensor:
-    """``values[perm]``; where recorded and both are unchanged copies issued by one owner's memo
-    (a recorded graph's weights and the order of its backward's grouping), memoised with that
-    owner: the gather of a 23 M-edge graph's weights cost 0.29 ms a compiled GCN step, the copy out
-    of the memo 0.06 ms (H100)."""
-    if eager(values, perm):
-        return values.index_select(0, perm)
-    return _derived_layout("in_order", [values, perm], [], [])[0]
 
 
 def segment_sizes(ptr: Tensor, dtype: torch.dtype) -> Tensor:
