@@ -115,7 +115,7 @@ def gather_rows(values: Tensor, index: Tensor) -> Tensor:
     return out.view((index.numel(),) + tuple(values.shape[1:]))
 
 
-def weight_in_order(weight: Tensor, dtype: torch.dtype, perm: Optional[Tensor]) -> Tensor:
+def weight_in_order(weight: Tensor, dtype: torch.dtype, perm: Optional[Tensor], is_data: bool = False) -> Tensor:
     """``weight`` as [E, H] in ``dtype``, its rows in the order ``perm`` (None: as they are). The
     last weight used without a gradient is kept with the order, one per order and dtype (a fixed
     SpMM: gathering 23 M weights added 0.09 ms to a 0.21 ms call, H200; a sliced reduction's
@@ -125,9 +125,11 @@ def weight_in_order(weight: Tensor, dtype: torch.dtype, perm: Optional[Tensor]) 
     if weight.requires_grad and torch.is_grad_enabled():
         return gather_rows(weight_as(weight, dtype), perm)
     if not _layout.eager(weight, perm):
-        # memoised with the graph where both are unchanged copies from its memo (a recorded
-        # graph's own weights: the gather of a 23 M-edge graph's weights cost 0.29 ms a compiled
-        # GCN step, the copy out of the memo 0.06 ms, H100), else gathered at each call
+        if not is_data:  # computed weights (attention): a gather that the compiler writes and fuses
+            return gather_rows(weight_as(weight, dtype), perm)
+        # weights that no gradient reaches (a graph's normalisation): memoised with the graph where
+        # both are unchanged copies from its memo (the gather of a 23 M-edge graph's weights cost
+        # 0.29 ms a compiled GCN step, the copy out of the memo 0.06 ms, H100)
         return _layout._derive("in_order", [weight_as(weight, dtype), perm], [])[0]
     kept = _layout.cached(perm, ("weight_in_order", dtype), lambda: [None, -1, None])
     if kept[0] is None or kept[0]() is not weight or kept[1] != weight._version:
@@ -197,6 +199,7 @@ def _gather_setup(ctx, inputs, output):
                           output if extremum else None)
     ctx.reduce = reduce
     ctx.num_src = x.size(0)
+    ctx.weight_is_data = weight is not None and not weight.requires_grad  # the backward's copy has no flag
 
 
 def _gather_backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
@@ -225,7 +228,7 @@ def _gather_backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
     elif need_x:
         t = _layout.transposed_layout(src_index, ptr, N, with_perm=weight is not None)
         # kept with the order where it is data (every backward over a reused graph, every slice)
-        w_t = None if weight is None else weight_in_order(weight, weight.dtype, t.perm)
+        w_t = None if weight is None else weight_in_order(weight, weight.dtype, t.perm, ctx.weight_is_data)
         grad_x = reduce_csr(grad_out, t.dst_index, t.ptr, w_t, "sum")
     if need_w:
         dst_index = _layout.ptr_to_index(ptr, E)
