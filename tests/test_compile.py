@@ -318,6 +318,42 @@ def test_compiled_sage_copies_no_permutation(device, monkeypatch):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_compiled_gcn_keeps_narrow_indices_and_ordered_weights(device, monkeypatch):
+    """A compiled GCN keeps the gather indices of its memoised layouts in the device's gather type
+    (int32 on CUDA) and its normalised weights in the backward's order with the graph (copied out
+    of the memo each step, not gathered again), and matches PyG over steps on one graph."""
+    from pyg_fast.ops import _layout
+    issued = []
+    issue = _layout._issue
+    monkeypatch.setattr(_layout, "_issue", lambda values, owner, key, skip=(): issued.append(
+        (key[0], key[1], [v.dtype for v in values])) or issue(values, owner, key, skip))
+    torch.manual_seed(0)
+    ref = torch.nn.ModuleList([pyg_nn.GCNConv(16, 16), pyg_nn.GCNConv(16, 16)]).to(device)
+    fast = pyg_fast.nn.convert(copy.deepcopy(ref))
+    torch._dynamo.reset()
+    compiled = [torch.compile(layer, fullgraph=True, dynamic=True) for layer in fast]
+    edge_index = random_graph(57, 500, device)
+    for _ in range(3):
+        x = torch.randn(57, 16, device=device).requires_grad_()
+        x_ref = x.detach().clone().requires_grad_()
+        out = compiled[1](compiled[0](x, edge_index).relu(), edge_index)
+        expected = ref[1](ref[0](x_ref, edge_index).relu(), edge_index)
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+        out.square().sum().backward()
+        expected.square().sum().backward()
+        torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-5)
+        for layer, layer_ref in zip(fast, ref):
+            torch.testing.assert_close(layer.lin.weight.grad, layer_ref.lin.weight.grad, rtol=1e-4, atol=1e-5)
+    narrow = _layout.gather_index_dtype(edge_index, 57)
+    normalised = [dtypes for kind, _, dtypes in issued if kind == "gcn_normalized"]
+    by_source = [dtypes for kind, what, dtypes in issued if kind == "derived" and what == "transposed"]
+    ordered = [dtypes for kind, what, dtypes in issued if kind == "derived" and what == "in_order"]
+    assert normalised and all(dtypes[0] == narrow for dtypes in normalised)  # (src, ptr, perm, weight)
+    assert by_source and all(dtypes[2] == narrow for dtypes in by_source)  # (perm, ptr, dst)
+    assert len(ordered) == 6 and all(dtypes == [torch.float32] for dtypes in ordered)  # 2 layers x 3 steps
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_compiled_op_on_a_slice_of_an_input_sees_in_place_changes(device):
     """A slice of a compiled function's input reaches the op as a view with its own version
     counter: nothing is kept for it, so an in-place change of the input is seen."""

@@ -224,7 +224,7 @@ def test_bad_inputs_raise_clear_errors():
         pyg_fast.index_segment_reduce(x, src, ptr=torch.tensor([0, 2, 3]))
     with pytest.raises(IndexError, match="src_index"):
         torch.ops.pyg_fast.index_segment_reduce(x, src + 1, torch.tensor([0, 2, 3, 4]), None, "sum", [])
-    with pytest.raises(TypeError, match="int64"):  # int32 sources: the CUDA edges and groups schedules' only
+    with pytest.raises(TypeError, match="int64"):  # int32 sources: the CUDA kernels' only
         torch.ops.pyg_fast.index_segment_reduce(x, src.int(), torch.tensor([0, 2, 3, 4]), None, "sum", [])
 
 
@@ -326,10 +326,9 @@ class SourceDtypes(TorchDispatchMode):
 @pytest.mark.parametrize("kind", ["power_law", "isolated", "hub"])
 @pytest.mark.parametrize("reduce", REDUCES)
 @pytest.mark.parametrize("num_features", [1, 4, 12])
-def test_edges_and_groups_schedules_read_int32_sources_without_gradients(params, kind, reduce, num_features):
+def test_cuda_edges_and_groups_schedules_read_int32_sources_without_gradients(params, kind, reduce, num_features):
     """Without gradients the edges and groups schedules read an int32 copy of the source index
-    (kept with it): the reference's results with single- and multi-head weights; the op itself
-    refuses int32 sources for any other schedule."""
+    (kept with it): the reference's results with single- and multi-head weights."""
     src, dst, num_nodes = schedule_test_graph(kind, "cuda")
     ptr = torch._convert_indices_from_coo_to_csr(dst, num_nodes)
     x = torch.randn(num_nodes, num_features, device="cuda")
@@ -346,8 +345,28 @@ def test_edges_and_groups_schedules_read_int32_sources_without_gradients(params,
     for out, w in zip(outs, weights):
         assert_close(out, reference(x, src, dst, w, num_nodes, reduce), torch.float32, scale=3)
     assert seen.dtypes == {torch.int32}  # the int32 copy was read
-    with pytest.raises(ValueError, match="edges and groups schedules only"):
-        torch.ops.pyg_fast.index_segment_reduce(x, src.int(), ptr, None, reduce, [0, 1, 1, 64, 0])
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
+@pytest.mark.parametrize("params", SCHEDULES_ON_GRAPHS, ids=lambda p: f"{p['schedule']}-{p['max_lanes']}-{p['chunk']}")
+@pytest.mark.parametrize("kind", ["power_law", "hub"])
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_every_cuda_schedule_reads_int32_sources(params, kind, reduce):
+    """The raw op reads int32 source indices (a layout's on CUDA) under every schedule, with
+    two-head weights: the reference's results."""
+    src, dst, num_nodes = schedule_test_graph(kind, "cuda")
+    ptr = torch._convert_indices_from_coo_to_csr(dst, num_nodes)
+    x = torch.randn(num_nodes, 12, device="cuda")
+    weight = torch.rand(src.numel(), 2, device="cuda") + 0.5
+    tuning.set_override(params)
+    try:
+        launch = tuning.segment_launch(x, ptr, src.numel(), gather=True, heads=2)
+    finally:
+        tuning.set_override(None)
+    assert launch.config[0] == tuning.SCHEDULES[params["schedule"]]
+    poison_allocator(num_nodes * 12 * 2, "cuda")
+    out = torch.ops.pyg_fast.index_segment_reduce(x, src.int(), ptr, weight, reduce, launch.config, launch.data)
+    assert_close(out, reference(x.double(), src, dst, weight.double(), num_nodes, reduce), torch.float32, scale=3)
 
 
 @pytest.mark.parametrize("device", DEVICES)
