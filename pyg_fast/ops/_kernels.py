@@ -119,17 +119,18 @@ def weight_in_order(weight: Tensor, dtype: torch.dtype, perm: Optional[Tensor], 
     """``weight`` as [E, H] in ``dtype``, its rows in the order ``perm`` (None: as they are). The
     last weight used without a gradient is kept with the order, one per order and dtype (a fixed
     SpMM: gathering 23 M weights added 0.09 ms to a 0.21 ms call, H200; a sliced reduction's
-    backward asks once a slice); a new weight replaces it rather than piling up beside it."""
+    backward asks once a slice); a new weight replaces it rather than piling up beside it.
+
+    Where recorded, weights that no gradient reaches (``is_data``: a graph's normalisation) are
+    memoised with the graph when both are unchanged copies from its memo (the gather of a 23
+    M-edge graph's weights cost 0.29 ms a compiled GCN step, the copy out of the memo 0.06 ms,
+    H100); computed ones (attention) are a gather that the compiler writes and fuses."""
     if perm is None:
         return weight_as(weight, dtype)
-    if weight.requires_grad and torch.is_grad_enabled():
+    recorded = not _layout.eager(weight, perm)
+    if (weight.requires_grad and torch.is_grad_enabled()) or (recorded and not is_data):
         return gather_rows(weight_as(weight, dtype), perm)
-    if not _layout.eager(weight, perm):
-        if not is_data:  # computed weights (attention): a gather that the compiler writes and fuses
-            return gather_rows(weight_as(weight, dtype), perm)
-        # weights that no gradient reaches (a graph's normalisation): memoised with the graph where
-        # both are unchanged copies from its memo (the gather of a 23 M-edge graph's weights cost
-        # 0.29 ms a compiled GCN step, the copy out of the memo 0.06 ms, H100)
+    if recorded:
         return _layout._derive("in_order", [weight_as(weight, dtype), perm], [])[0]
     kept = _layout.cached(perm, ("weight_in_order", dtype), lambda: [None, -1, None])
     if kept[0] is None or kept[0]() is not weight or kept[1] != weight._version:
@@ -137,7 +138,8 @@ def weight_in_order(weight: Tensor, dtype: torch.dtype, perm: Optional[Tensor], 
     return kept[2]
 
 
-# Through the gather kernel: torch's index_select of 23 M weight rows of 4 heads took 14 ms a call.
+# The memo's gather (once a graph) through the gather kernel: torch's index_select of 23 M weight
+# rows of 4 heads took 14 ms a call.
 _layout._DERIVED["in_order"] = lambda values, perm: [gather_rows(values, perm)]
 
 
