@@ -98,7 +98,7 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
 
         # shared by the layers of one step (a 2-layer step on a sampled graph: 7 of its 226 ops)
         weight, scale = _layout.cached(edge_index, ("gcn_coo_norm", num_nodes, self.flow, self.add_self_loops,
-                                                    h.dtype, h.device), normalisation)
+                                                    h.dtype), normalisation)
         h = h * scale
         out = gather_scatter(h, src, dst, weight, num_nodes, "sum", None)  # reported above
         out = (out + h if self.add_self_loops else out) * scale

@@ -79,9 +79,11 @@ def reduce_csr(x2: Tensor, src_index: Tensor, ptr: Tensor, weight: Optional[Tens
                           for part in x2.split(x2.size(1) // slices, dim=1)], dim=1)
     launch = tuning.segment_launch(x2, ptr, src_index.numel(), gather=True,
                                    heads=1 if weight is None else weight.size(1))
-    if launch.config and launch.config[0] in _INT32_SCHEDULES and x2.size(0) <= _layout.INT32_MAX and not (
+    # only without gradients, where the copy was timed (an eager training forward reads int64)
+    if launch.config and launch.config[0] in _INT32_SCHEDULES and _layout.gather_index_dtype(
+            x2, x2.size(0)) == torch.int32 and not (
             torch.is_grad_enabled() and (x2.requires_grad or (weight is not None and weight.requires_grad))):
-        src_index = _layout.cached(src_index, ("as_int32",), lambda: src_index.int())  # the backward reads int64
+        src_index = _layout.cached(src_index, ("as_int32",), lambda: src_index.int())
     return run(torch.ops.pyg_fast.index_segment_reduce, x2.contiguous(), src_index, ptr,
                None if weight is None else weight.contiguous(), reduce, launch.config, launch.data)
 
@@ -214,14 +216,15 @@ def _gather_backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
     # kept with that tensor; the kernels below that take int64 get an int64 copy
     grad_x = grad_w = None
     if ctx.reduce in EXTREMA:
+        src_long = src_index.long()
         grad_msg = torch.ops.pyg_fast.index_segment_reduce_extremum_backward(
-            grad_out, x, src_index.long(), ptr, weight, out).view(E, H, F // H)
+            grad_out, x, src_long, ptr, weight, out).view(E, H, F // H)
         if need_x:  # the messages summed per source, on the same grouping by source as below
             msg = grad_msg * weight.unsqueeze(-1) if weight is not None else grad_msg
             t = _layout.transposed_layout(src_index, ptr, N)
             grad_x = reduce_csr(msg.view(E, F), t.perm, t.ptr, None, "sum")
         if need_w:
-            grad_w = (grad_msg * gather_rows(x, src_index.long()).view(E, H, F // H)).sum(-1)
+            grad_w = (grad_msg * gather_rows(x, src_long).view(E, H, F // H)).sum(-1)
         return grad_x, None, None, grad_w, None, None, None
     if ctx.reduce == "mean":  # divided, as PyG's mean backward does: the same rounding
         grad_out = grad_out / _layout.segment_sizes(ptr, grad_out.dtype)

@@ -498,7 +498,6 @@ def _transposed(src_index: Tensor, dst_ptr: Tensor, num_src: int) -> List[Tensor
     return [perm, ptr, dst_index.to(gather_index_dtype(dst_ptr, dst_ptr.numel() - 1))]
 
 
-
 def _looped(src: Tensor, ptr: Tensor, perm: Tensor, num_loops: int) -> List[Tensor]:
     return list(torch.ops.pyg_fast.looped_csr(src, ptr, perm, num_loops))
 
