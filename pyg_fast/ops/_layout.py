@@ -34,7 +34,9 @@ def eager(*tensors: Tensor) -> bool:
     """False while tracing (torch.compile, including AOTAutograd's backward trace, where
     is_compiling() is False but the tensors are fake; torch.jit.trace; TorchScript): nothing may
     be cached or read from the data then."""
-    if torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.jit.is_scripting():
+    # torch.jit.is_tracing() is _is_tracing() behind an is_scripting() test, which is never true
+    # where Python runs (TorchScript calls pyg_fast only through jit.ignore): a third of this test
+    if torch.compiler.is_compiling() or torch._C._is_tracing():
         return False
     for t in tensors:  # fake tensors are Tensor subclasses: a plain Tensor skips the (slower) is_fake test
         if type(t) is not Tensor and is_fake(t):

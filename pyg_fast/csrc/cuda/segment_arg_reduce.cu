@@ -21,27 +21,39 @@ namespace {
 // One pass of the row runs, with or without a permutation, kVec features a load.
 template <ArgReduce R, ArgRowsPass P, int kVec, typename scalar_t>
 void launch_rows(dim3 grid, dim3 block, cudaStream_t stream, const scalar_t* src, const int64_t* ptr,
-                 const int64_t* perm, int64_t B, int64_t E, int64_t V, int64_t F, unsigned long long* keys,
-                 unsigned long long* arg, scalar_t* out) {
+                 const int64_t* perm, int64_t B, int64_t E, int64_t V, int64_t F, int64_t rows_per_thread,
+                 unsigned long long* keys, unsigned long long* arg, scalar_t* out) {
   if (perm) {
     segment_arg_rows_kernel<R, P, true, kVec, scalar_t>
-        <<<grid, block, 0, stream>>>(src, ptr, perm, B, E, V, F, keys, arg, out);
+        <<<grid, block, 0, stream>>>(src, ptr, perm, B, E, V, F, rows_per_thread, keys, arg, out);
   } else {
     segment_arg_rows_kernel<R, P, false, kVec, scalar_t>
-        <<<grid, block, 0, stream>>>(src, ptr, perm, B, E, V, F, keys, arg, out);
+        <<<grid, block, 0, stream>>>(src, ptr, perm, B, E, V, F, rows_per_thread, keys, arg, out);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// The grid of a pass over [B, E, F] taking vec features a thread.
-std::pair<dim3, dim3> rows_grid(int64_t B, int64_t E, int64_t F, int vec) {
+struct ArgRowsGrid {
+  dim3 grid, block;
+  int64_t rows_per_thread;
+};
+
+// The grid of a pass over [B, E, F] taking vec features a thread. A thread's run is halved (down
+// to one unrolled step) while the pass would fill the SMs less than twice: a thread waits out its
+// run's loads one unrolled step after the other, and runs of 64 left Cora (10 k rows) three blocks.
+ArgRowsGrid rows_grid(int64_t B, int64_t E, int64_t F, int vec) {
   const int64_t groups = F / vec;
   const int lanes = arg_feature_lanes(groups);
   const dim3 block(lanes, kArgRowsThreads / lanes);
-  const int64_t runs_per_block = static_cast<int64_t>(block.y) * kArgRowsPerThread;
-  return {dim3(static_cast<unsigned>((E + runs_per_block - 1) / runs_per_block),
-               static_cast<unsigned>((groups + lanes - 1) / lanes), static_cast<unsigned>(std::min<int64_t>(B, 65535))),
-          block};
+  const int64_t feature_blocks = (groups + lanes - 1) / lanes, batches = std::min<int64_t>(B, 65535);
+  const int64_t wanted = 2LL * kArgRowsBlocksPerSM * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t shortest = vec == 1 ? kArgRowsUnroll : kArgRowsUnroll / 2;
+  int64_t run = kArgRowsPerThread;
+  auto blocks = [&](int64_t length) { return (E + block.y * length - 1) / (block.y * length); };
+  while (run > shortest && blocks(run) * feature_blocks * batches < wanted) run /= 2;
+  return {dim3(static_cast<unsigned>(blocks(run)), static_cast<unsigned>(feature_blocks),
+               static_cast<unsigned>(batches)),
+          block, run};
 }
 
 std::tuple<at::Tensor, at::Tensor> segment_arg_reduce(const at::Tensor& src, const at::Tensor& ptr,
@@ -71,11 +83,13 @@ std::tuple<at::Tensor, at::Tensor> segment_arg_reduce(const at::Tensor& src, con
           if constexpr (kArgPacks<scalar_t>) {
             if (E < 0xFFFFFFFFll) {  // the row fits the key's low half beside 0xFFFFFFFF - row > 0
               if (E > 0) {
-                const auto [grid, block] = rows_grid(B, E, F, vectorized ? 4 : 1);
+                const ArgRowsGrid g = rows_grid(B, E, F, vectorized ? 4 : 1);
                 if (vectorized) {
-                  launch_rows<R, ArgRowsPass::Packed, 4>(grid, block, stream, s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
+                  launch_rows<R, ArgRowsPass::Packed, 4>(g.grid, g.block, stream, s, p, order, B, E, V, F,
+                                                         g.rows_per_thread, key_ptr, arg_ptr, o);
                 } else {
-                  launch_rows<R, ArgRowsPass::Packed, 1>(grid, block, stream, s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
+                  launch_rows<R, ArgRowsPass::Packed, 1>(g.grid, g.block, stream, s, p, order, B, E, V, F,
+                                                         g.rows_per_thread, key_ptr, arg_ptr, o);
                 }
               }
               const dim3 grid(static_cast<unsigned>(std::min<int64_t>((V * F + 255) / 256, 1 << 20)),
@@ -89,9 +103,11 @@ std::tuple<at::Tensor, at::Tensor> segment_arg_reduce(const at::Tensor& src, con
           out.zero_();
           arg.fill_(E);
           if (E > 0) {
-            const auto [grid, block] = rows_grid(B, E, F, 1);
-            launch_rows<R, ArgRowsPass::Keys, 1>(grid, block, stream, s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
-            launch_rows<R, ArgRowsPass::FindRow, 1>(grid, block, stream, s, p, order, B, E, V, F, key_ptr, arg_ptr, o);
+            const ArgRowsGrid g = rows_grid(B, E, F, 1);
+            launch_rows<R, ArgRowsPass::Keys, 1>(g.grid, g.block, stream, s, p, order, B, E, V, F, g.rows_per_thread,
+                                                 key_ptr, arg_ptr, o);
+            launch_rows<R, ArgRowsPass::FindRow, 1>(g.grid, g.block, stream, s, p, order, B, E, V, F,
+                                                    g.rows_per_thread, key_ptr, arg_ptr, o);
           }
         }
       });

@@ -39,6 +39,8 @@ namespace pyg_fast::cuda {
 // unpacks. Wider values take a second pass that finds the smallest row holding the key (atomicMin)
 // and writes its value.
 constexpr int kArgRowsThreads = 256;
+// The longest run a thread folds (fewer atomics per row on long segments); a run is shortened
+// until the passes fill the device (arg_rows_per_thread in ../segment_arg_reduce.cu).
 constexpr int kArgRowsPerThread = 64;
 // Loads in flight per thread, and blocks per SM the registers must allow: with 4 loads a pass over
 // reddit2_like at F = 64 moved 1.5 TB/s (H200), with 16 and 120 registers (2 blocks an SM) 1.3.
@@ -74,7 +76,7 @@ __device__ __forceinline__ unsigned long long arg_order(scalar_t value) {
   return order;
 }
 
-// Blocks of (lanes features) x (kArgRowsThreads / lanes runs of kArgRowsPerThread positions),
+// Blocks of (lanes features) x (kArgRowsThreads / lanes runs of rows_per_thread positions),
 // feature blocks over gridDim.y, b over gridDim.z. Packed and Keys: keys [B, V, F] (zero-filled)
 // receive each segment's largest key (Packed: order << 32 | 0xFFFFFFFF - row, so 0 stays "empty").
 // FindRow: arg [B, V, F] (filled with E) receives the smallest row holding the key, out its
@@ -92,14 +94,14 @@ template <ArgReduce R, ArgRowsPass P, bool kPerm, int kVec, typename scalar_t>
 __global__ void __launch_bounds__(kArgRowsThreads, kArgRowsBlocksPerSM)
     segment_arg_rows_kernel(const scalar_t* __restrict__ src, const int64_t* __restrict__ ptr,
                             const int64_t* __restrict__ perm, int64_t B, int64_t E, int64_t V, int64_t F,
-                            unsigned long long* __restrict__ keys, unsigned long long* __restrict__ arg,
-                            scalar_t* __restrict__ out) {
+                            int64_t rows_per_thread, unsigned long long* __restrict__ keys,
+                            unsigned long long* __restrict__ arg, scalar_t* __restrict__ out) {
   using Vec = ArgRowsVec<scalar_t, kVec>;
   constexpr int kUnroll = kVec == 1 ? kArgRowsUnroll : kArgRowsUnroll / 2;
   const int64_t f = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * kVec;
   const int64_t first = ptr[0] < 0 ? 0 : ptr[0], last = ptr[V] > E ? E : ptr[V];
-  int64_t begin = (static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y) * kArgRowsPerThread;
-  int64_t end = begin + kArgRowsPerThread;
+  int64_t begin = (static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y) * rows_per_thread;
+  int64_t end = begin + rows_per_thread;
   begin = begin < first ? first : begin;
   end = end > last ? last : end;
   if (f >= F || begin >= end) return;
