@@ -111,7 +111,7 @@ def gather_rows(values: Tensor, index: Tensor) -> Tensor:
     itself, fused with what reads it (the compiled GCN step on a 23 M-edge graph spent 5.4 of its
     15.7 ms gathering scalars through the segment kernel)."""
     if not values.is_floating_point() or values.dim() == 0 or values.numel() == values.size(0) or (
-            not values.is_cuda) or (not torch._C._is_tracing() and not _layout.eager(values, index)):
+            not values.is_cuda) or (not torch.jit.is_tracing() and not _layout.eager(values, index)):
         return values.index_select(0, index)
     unit_ptr = _layout.cached(index, ("unit_ptr",), lambda: torch.arange(index.numel() + 1, device=index.device))
     out = reduce_csr(values.reshape(values.size(0), -1), index, unit_ptr, None, "sum")
@@ -263,7 +263,7 @@ def coo_route(index: Tensor, key: Tuple, elements: int) -> bool:
     limit = tuning.COO_MAX_ELEMENTS.get(index.device.type, 0)
     if not _layout.eager(index):
         # sizes known only at run time (unbacked: a segment count read from data) keep the grouping
-        return not torch._C._is_tracing() and guard_or_false(elements <= limit)
+        return not torch.jit.is_tracing() and guard_or_false(elements <= limit)
     if elements > limit:
         return False
     return _layout.use_count(index, ("coo",) + key) < _layout.REUSED_FROM_USE
