@@ -68,18 +68,20 @@ def register_autograd(name: str, backward, setup_context) -> None:
 
 
 # Helpers on prepared layouts -------------------------------------------------------------------
-def reduce_csr(x2: Tensor, src_index: Tensor, ptr: Tensor, weight: Optional[Tensor], reduce: str) -> Tensor:
+def reduce_csr(x2: Tensor, src_index: Tensor, ptr: Tensor, weight: Optional[Tensor], reduce: str,
+               launch: Optional[tuning.Launch] = None) -> Tensor:
     """``out[r] = reduce over e in ptr[r]:ptr[r+1] of weight[e] * x2[src_index[e]]`` for x2 [N, F],
     edges already in destination order, ``src_index`` int64 and ``ptr`` covering every edge (both
     prepared by ``_layout``), ``weight`` [E, H] in x2's dtype or None. No checks: the layers call
     this per layer on a graph prepared once. Runs in feature slices where ``tuning.feature_slices``
-    says so (every reduce is per feature)."""
-    slices = tuning.feature_slices(x2, src_index.numel(), 1 if weight is None else weight.size(1))
-    if slices > 1:  # split, not narrow: the gradient of the slices is one concatenation, not one zero fill each
-        return torch.cat([reduce_csr(part, src_index, ptr, weight, reduce)
-                          for part in x2.split(x2.size(1) // slices, dim=1)], dim=1)
-    launch = tuning.segment_launch(x2, ptr, src_index.numel(), gather=True,
-                                   heads=1 if weight is None else weight.size(1))
+    says so (every reduce is per feature), unless given the ``launch`` of whole rows."""
+    if launch is None:
+        slices = tuning.feature_slices(x2, src_index.numel(), 1 if weight is None else weight.size(1))
+        if slices > 1:  # split, not narrow: the gradient of the slices is one concatenation, not one zero fill each
+            return torch.cat([reduce_csr(part, src_index, ptr, weight, reduce)
+                              for part in x2.split(x2.size(1) // slices, dim=1)], dim=1)
+        launch = tuning.segment_launch(x2, ptr, src_index.numel(), gather=True,
+                                       heads=1 if weight is None else weight.size(1))
     # only without gradients, where the copy was timed (an eager training forward reads int64)
     if launch.config and launch.config[0] in _INT32_SCHEDULES and _layout.gather_index_dtype(
             x2, x2.size(0)) == torch.int32 and not (
@@ -89,17 +91,33 @@ def reduce_csr(x2: Tensor, src_index: Tensor, ptr: Tensor, weight: Optional[Tens
                None if weight is None else weight.contiguous(), reduce, launch.config, launch.data)
 
 
-def reduce_rows(src3: Tensor, layout: _layout.SegmentLayout, reduce: str) -> Tensor:
-    """Reduces ``src3`` [B, E, F] over its rows into ``layout``'s segments: [B, V, F]."""
+def reduce_rows(src3: Tensor, layout: _layout.SegmentLayout, reduce: str,
+                launch: Optional[tuning.Launch] = None) -> Tensor:
+    """Reduces ``src3`` [B, E, F] over its rows into ``layout``'s segments: [B, V, F]; ``launch``:
+    what :func:`rows_launch` gave for these sizes, if known."""
     if layout.perm is None:
-        launch = tuning.segment_launch(src3, layout.ptr, src3.size(1))
+        launch = launch or tuning.segment_launch(src3, layout.ptr, src3.size(1))
         return run(torch.ops.pyg_fast.segment_reduce, src3.contiguous(), layout.ptr, reduce, launch.config,
                    launch.data)
     if src3.size(0) == 1:  # the rows gathered in sorted order inside the kernel
         # squeeze, not src3[0]: a select's backward zero-fills and copies an [1, E, F] gradient
         # (PyG's SAGE step on 500 k edges with patch(), CPU: 82 of 762 ms in fill_)
-        return reduce_csr(src3.squeeze(0), layout.perm, layout.ptr, None, reduce).unsqueeze(0)
+        return reduce_csr(src3.squeeze(0), layout.perm, layout.ptr, None, reduce, launch).unsqueeze(0)
     return reduce_rows(src3.index_select(1, layout.perm), _layout.SegmentLayout(layout.ptr, None), reduce)
+
+
+def rows_launch(src3: Tensor, layout: _layout.SegmentLayout) -> Tuple[Optional[tuning.Launch], bool]:
+    """(the launch :func:`reduce_rows` takes for ``src3`` [1, E, F] over ``layout``, None where it
+    runs in feature slices; whether a caller may keep it for later calls of these sizes on this
+    layout: chosen from the graph's statistics, or left to the op on the CPU, and not forced)."""
+    if layout.perm is None:
+        launch = tuning.segment_launch(src3, layout.ptr, src3.size(1))
+    else:
+        x2 = src3.squeeze(0)
+        if tuning.feature_slices(x2, x2.size(0)) > 1:
+            return None, False
+        launch = tuning.segment_launch(x2, layout.ptr, x2.size(0), gather=True)
+    return launch, not tuning.overridden() and (launch is not tuning.AUTO or not src3.is_cuda)
 
 
 def gather_rows(values: Tensor, index: Tensor) -> Tensor:

@@ -371,6 +371,13 @@ def coo_layout(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None, n
     return entry[0]
 
 
+def coo_settled(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None, name: str = "index") -> bool:
+    """Whether :func:`coo_layout` has built the layout of ``index`` and will not change it (a
+    device-sorted index may yet prove sorted, and then drops its permutation)."""
+    entry = cached(as_long(index), ("coo_layout", dim_size, is_sorted, name), lambda: None)
+    return entry is not None and (entry[1] or entry[0].perm is None or readable(index))
+
+
 def _sorted_in_range(index: Tensor, dim_size: int) -> Tensor:
     """[1] int64: 1 if ``index`` (non-empty) is non-decreasing within [0, dim_size), else 0."""
     ok = (index[0] >= 0) & (index[-1] < dim_size)
