@@ -201,6 +201,22 @@ def host_ms(fn: Callable[[], object], device, calls: int = HOST_TIME_CALLS, sync
     return statistics.median(times)
 
 
+def warm_up(device, seconds: float = 3.0) -> None:
+    """Keeps the device and the host busy for ``seconds`` (matrix products between small
+    launches) before a run's first timing: on a machine just started, the first cases of a run
+    read 2-4x slower than cases of the same size later in it (H100: the stand-in's scatter_max on
+    Cora 58-77 us as a run's first case, 17 us in a run that followed a 4-minute build)."""
+    if torch.device(device).type != "cuda":
+        return
+    a = torch.randn(2048, 2048, device=device)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(10):
+            a.sum()
+            a @ a
+        synchronize(device)
+
+
 def synchronize(device) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)

@@ -31,7 +31,7 @@ from typing import List, Optional
 import torch
 
 import benchmarks.suites
-from benchmarks.common import Recorder
+from benchmarks.common import Recorder, warm_up
 
 
 def available_suites() -> List[str]:
@@ -71,6 +71,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     paths = (out / "results.json", out / "summary.md")
     rec = Recorder(device, autosave=paths)
     print("env:", rec.env, flush=True)
+    warm_up(device)
     try:
         run_suites(rec, device, names, args.quick, paths)
     except KeyboardInterrupt:  # a time limit (SIGINT from `timeout -s INT`): keep what was measured
