@@ -96,7 +96,8 @@ def reduce_rows(src3: Tensor, layout: _layout.SegmentLayout, reduce: str,
     """Reduces ``src3`` [B, E, F] over its rows into ``layout``'s segments: [B, V, F]; ``launch``:
     what :func:`rows_launch` gave for these sizes, if known."""
     if layout.perm is None:
-        launch = launch or tuning.segment_launch(src3, layout.ptr, src3.size(1))
+        if launch is None:
+            launch = tuning.segment_launch(src3, layout.ptr, src3.size(1))
         return run(torch.ops.pyg_fast.segment_reduce, src3.contiguous(), layout.ptr, reduce, launch.config,
                    launch.data)
     if src3.size(0) == 1:  # the rows gathered in sorted order inside the kernel
