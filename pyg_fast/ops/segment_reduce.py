@@ -7,8 +7,7 @@ from torch import Tensor
 
 from pyg_fast.ops import _layout
 from pyg_fast.ops._checks import check_dim, check_float, check_index_tensor, check_reduce
-from pyg_fast import tuning
-from pyg_fast.ops._kernels import COO_REDUCES, coo_reported, coo_route, gather_scatter, reduce_rows, rows_launch
+from pyg_fast.ops._kernels import COO_REDUCES, coo_reported, coo_route, gather_scatter, keep_rows, kept_rows, reduce_rows
 
 
 def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
@@ -50,17 +49,11 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
         raise ValueError("pyg_fast: pass exactly one of 'index' and 'ptr'")
     shape = list(src.shape)
     src3 = src.reshape(math.prod(shape[:dim]), num_rows, math.prod(shape[dim + 1:]))
-    # A reused index's grouped call, kept with it once its route, layout and launch are settled:
-    # one lookup for the route's use count, the layout's and the launch's lookups and their checks
-    # (pubmed, F = 16, H100 hosts: 47.7 -> 30.9 us a call; torch's index_add_ 15-19).
-    plan = None
-    if (type(index) is Tensor and dim_size is not None and src3.size(0) == 1 and not tuning.overridden()
-            and _layout.eager(src3)):
-        plan = _layout.cached(index, ("segment_reduce_plan", dim_size, sorted, num_rows, src3.size(2), src.dtype,
-                                      src.device), lambda: [None])
-        if plan[0] is not None:
-            shape[dim] = dim_size
-            return reduce_rows(src3, plan[0][0], reduce, plan[0][1]).view(shape)
+    # a reused index's kept call skips the COO route's use count too: once kept, it is grouped
+    kept = kept_rows(src3, index, dim_size, sorted)
+    if kept is not None and kept[0] is not None:
+        shape[dim] = dim_size
+        return reduce_rows(src3, kept[0][0], reduce, kept[0][1]).view(shape)
     # An index declared sorted keeps the grouping: no sort to save, and the claim is checked there
     if (ptr is None and dim_size is not None and src3.size(0) == 1 and reduce in COO_REDUCES + ("max", "min")
             and dim_size >= 0 and not sorted):
@@ -79,10 +72,4 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
             return out.view(shape)
     layout, dim_size = _layout.segments(index, ptr, src, dim, dim_size, is_sorted=sorted)
     shape[dim] = dim_size
-    if plan is None or not _layout.coo_settled(index, dim_size, sorted if sorted is not None else (
-            getattr(index, "is_sorted", None) or None)):
-        return reduce_rows(src3, layout, reduce).view(shape)
-    launch, keep = rows_launch(src3, layout)
-    if keep:
-        plan[0] = (layout, launch)
-    return reduce_rows(src3, layout, reduce, launch).view(shape)
+    return reduce_rows(src3, layout, reduce, keep_rows(kept, src3, index, layout, dim_size, sorted)).view(shape)

@@ -514,3 +514,32 @@ def test_override_applies_to_a_graph_with_kept_plans():
             pyg_fast.segment_reduce(src, index, dim_size=40)
     finally:
         tuning.set_override(None)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_reused_index_keeps_its_call(device):
+    """A reused index's grouped call is kept with it once its layout and launch are final; the
+    kept call gives the reference's values and gradients for every reduce, and segment_arg_reduce
+    shares it (its extremum through the kept call, its row the first holding it)."""
+    from pyg_fast.ops._kernels import kept_rows
+    from pyg_fast.ops.segment_arg_reduce import segment_arg_reduce
+    index = torch.randint(0, 30, (200,), device=device)
+    src = torch.randn(200, 8, device=device)
+    for _ in range(8):  # past the atomic route's first uses; on CUDA the statistics land meanwhile
+        for reduce in REDUCES:
+            out = pyg_fast.segment_reduce(src, index, dim_size=30, reduce=reduce)
+            assert_close(out, scatter_reference(src, index, 30, reduce), torch.float32)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    slot = kept_rows(src.view(1, 200, 8), index, 30, None)
+    assert slot is not None and slot[0] is not None
+    src = torch.randn(200, 8, device=device, requires_grad=True)
+    grad = torch.randn(30, 8, device=device)
+    pyg_fast.segment_reduce(src, index, dim_size=30, reduce="sum").backward(grad)
+    assert_close(src.grad, grad.double()[index], torch.float32)
+    values, arg = segment_arg_reduce(src.detach(), index, dim_size=30, reduce="max")
+    assert_close(values, scatter_reference(src.detach(), index, 30, "max"), torch.float32)
+    held = arg < 200
+    rows = arg.clamp(max=199)
+    assert bool((index[rows][held] == torch.arange(30, device=device).unsqueeze(1).expand_as(arg)[held]).all())
+    assert bool((src.detach().gather(0, rows)[held] == values[held]).all())
