@@ -406,6 +406,15 @@ def gather_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None) -> Tens
 
 
 # Composites --------------------------------------------------------------------------------------
+def _spread(per_segment: Tensor, index: Tensor, one: Optional[Tensor], src: Tensor, dim: int) -> Tensor:
+    """``per_segment``'s value of every element of ``src`` (the inverse of a reduction along
+    ``dim``): rows selected by the 1-D index ``one`` where there is one (no broadcast views, which
+    cost the compositions more host time than their kernels on small graphs), else gathered."""
+    if one is not None:
+        return per_segment.index_select(dim, one)
+    return per_segment.gather(dim, broadcast(index, src, dim))
+
+
 def _floating(src: Tensor, name: str) -> None:
     if not torch.is_floating_point(src):
         raise ValueError(f"`{name}` can only be computed over tensors with floating point data types.")
@@ -425,8 +434,8 @@ def _scatter_std(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor],
         shape = [1] * src.dim()
         shape[dim] = dim_size
         count = _layout.segment_sizes(layout.ptr, src.dtype).view(shape)
-        index_b = broadcast(one, src, dim)
-        deviation = src - segment_reduce(src, one, dim_size=dim_size, reduce="mean", dim=dim).gather(dim, index_b)
+        deviation = src - _spread(segment_reduce(src, one, dim_size=dim_size, reduce="mean", dim=dim), one, one, src,
+                                  dim)
         result = segment_reduce(deviation * deviation, one, dim_size=dim_size, dim=dim)
     else:
         count_dim = dim if index.dim() > dim else index.dim() - 1
@@ -456,19 +465,21 @@ def _scatter_logsumexp(src: Tensor, index: Tensor, dim: int, out: Optional[Tenso
         dim_size = out.size(dim)
     elif dim_size is None:
         dim_size = int(index.max()) + 1
-    index_b = broadcast(index, src, dim)
+    one = _one_index(index, src, dim)
     if out is None:
         # The maxima need no gradient (the result's derivative in them is 0) and no argument. An
         # empty segment's maximum comes as 0, not torch_scatter's -inf; its sum is 0, as is that
         # of a segment of -inf alone, where torch_scatter's result is 0 too: any other segment
         # holds its maximum's exp(0) = 1. A NaN shift (-inf - -inf) adds nothing, as in
         # torch_scatter; nan_to_num is one kernel where isnan and masked_fill were two (the
-        # composition is launch-bound on small graphs).
+        # composition is launch-bound on small graphs), and a 1-D index selects the maxima's rows
+        # without the broadcast views a gather needs.
         maxima = _reduced(src.detach(), index, dim, None, dim_size, "max")
-        shifted = (src - maxima.gather(dim, index_b)).nan_to_num(nan=float("-inf"))
+        shifted = (src - _spread(maxima, index, one, src, dim)).nan_to_num(nan=float("-inf"))
         total = scatter_sum(shifted.exp(), index, dim, None, dim_size)
         empty = total == 0
         return total.add_(eps).log_().add_(maxima).masked_fill_(empty, 0.0).nan_to_num_(neginf=0.0)
+    index_b = broadcast(index, src, dim)
     size = list(src.size())
     size[dim] = dim_size
     maxima = torch.full(size, float("-inf"), dtype=src.dtype, device=src.device)
@@ -495,11 +506,10 @@ def _scatter_softmax(src: Tensor, index: Tensor, dim: int, dim_size: Optional[in
     # fused path gathers the rows into and out of destination order.
     if one is not None and src.is_cuda:
         return edge_softmax(src, one, num_nodes=dim_size, dim=dim)
-    index_b = broadcast(index, src, dim)
     # The shift by the maxima changes nothing mathematically: they need no gradient and no argument.
     maxima = _reduced(src.detach(), index, dim, None, dim_size, "max")
-    exp = (src - maxima.gather(dim, index_b)).exp()
-    return exp.div(scatter_sum(exp, index, dim, dim_size=dim_size).gather(dim, index_b))
+    exp = (src - _spread(maxima, index, one, src, dim)).exp()
+    return exp.div(_spread(scatter_sum(exp, index, dim, dim_size=dim_size), index, one, src, dim))
 
 
 def scatter_softmax(src: Tensor, index: Tensor, dim: int = -1, dim_size: Optional[int] = None) -> Tensor:
@@ -511,11 +521,11 @@ def _scatter_log_softmax(src: Tensor, index: Tensor, dim: int, eps: float,
                         dim_size: Optional[int]) -> Tensor:
     _floating(src, "scatter_log_softmax")
     dim = dim + src.dim() if dim < 0 else dim
-    index_b = broadcast(index, src, dim)
+    one = _one_index(index, src, dim)
     maxima = _reduced(src.detach(), index, dim, None, dim_size, "max")
-    shifted = src - maxima.gather(dim, index_b)
+    shifted = src - _spread(maxima, index, one, src, dim)
     total = scatter_sum(shifted.exp(), index, dim, dim_size=dim_size)
-    return shifted - total.add_(eps).log_().gather(dim, index_b)
+    return shifted - _spread(total.add_(eps).log_(), index, one, src, dim)
 
 
 def scatter_log_softmax(src: Tensor, index: Tensor, dim: int = -1, eps: float = 1e-12,

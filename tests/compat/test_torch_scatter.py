@@ -197,6 +197,24 @@ def test_composites_match_their_definitions(device):
     assert_close(leaf.grad, wide.grad, torch.float32)
 
 
+def test_composites_along_another_dimension_and_per_batch_indices():
+    """The composites over a 1-D index along dim 1 (its rows selected) and over a different index
+    per batch (gathered), against their float64 definitions segment by segment."""
+    src = torch.randn(2, 7, 3)
+    per_batch = torch.tensor([[0, 1, 1, 2, 0, 0, 2], [2, 2, 1, 0, 0, 1, 1]])
+    for index in (per_batch, per_batch[0]):
+        for b in range(2):
+            idx = index[b] if index.dim() == 2 else index
+            for i in range(3):
+                rows = src[b][idx == i].double()
+                assert_close(compat.scatter_std(src, index, dim=1)[b, i], rows.var(0, unbiased=True).sqrt(),
+                             torch.float32, scale=100)
+                assert_close(compat.scatter_logsumexp(src, index, dim=1)[b, i], rows.logsumexp(0), torch.float32)
+                assert_close(compat.scatter_softmax(src, index, dim=1)[b][idx == i], rows.softmax(0), torch.float32)
+                assert_close(compat.scatter_log_softmax(src, index, dim=1)[b][idx == i], rows.log_softmax(0),
+                             torch.float32)
+
+
 def test_every_name_scripts():
     for name in compat.__all__:
         torch.jit.script(getattr(compat, name))
