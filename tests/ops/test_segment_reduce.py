@@ -452,7 +452,7 @@ def test_reused_graph_gets_the_measured_launch():
 @pytest.mark.parametrize("kind", ["sorted", "unsorted", "ptr", "int32_ptr"])
 def test_repeated_calls_follow_src_and_index_changes(device, kind):
     """A call is checked and resolved once per index and kind of src, then reused (see
-    ``segment_reduce``'s plans): later calls with other shapes, dtypes, dims or dim sizes, and calls
+    ``segment_reduce``'s kept calls): later calls with other shapes, dtypes, dims or dim sizes, and calls
     after the index changed in place, must still give the reference's numbers."""
     index = random_index(200, 30, device)
     if kind == "unsorted":
@@ -462,7 +462,7 @@ def test_repeated_calls_follow_src_and_index_changes(device, kind):
         ptr = ptr.int()
 
     def check(src, dim=0, dim_size=30, reduce="max"):
-        for _ in range(3):  # planned on the device's second call, reused from the third
+        for _ in range(3):  # kept once the route and launch are final, reused after
             if kind.endswith("ptr"):
                 out = pyg_fast.segment_reduce(src, ptr=ptr, reduce=reduce, dim=dim)
             else:
@@ -482,9 +482,9 @@ def test_repeated_calls_follow_src_and_index_changes(device, kind):
     check(torch.randn(200, 5, device=device))
 
 
-def test_kept_plans_do_not_keep_their_index_alive():
-    """Plans are cached on the index (or ptr) they were made for: they must not hold it, nor the
-    edge_index it is a row of."""
+def test_kept_calls_do_not_keep_their_index_alive():
+    """Kept calls and layouts are cached on the index (or ptr) they were made for: they must not
+    hold it, nor the edge_index it is a row of."""
     import gc
     import weakref
     edge_index = torch.stack([torch.randint(0, 20, (100,)), torch.randint(0, 20, (100,)).sort().values])
@@ -502,7 +502,7 @@ def test_kept_plans_do_not_keep_their_index_alive():
 
 
 @pytest.mark.skipif("cuda" not in DEVICES, reason="overrides are CUDA-only")
-def test_override_applies_to_a_graph_with_kept_plans():
+def test_override_applies_to_a_graph_with_kept_calls():
     from pyg_fast import tuning
     index = random_index(300, 40, "cuda")
     src = torch.randn(300, 4, device="cuda")
