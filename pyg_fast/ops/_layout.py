@@ -54,19 +54,33 @@ def cached(tensor: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
     mode."""
     if not eager(tensor):
         return compute()
-    _deferred.poll()
-    owner = storage_owner(tensor)
-    slot = (key, tensor.storage_offset(), tensor.shape, tensor.stride(), tensor._version)
-    found = _CACHE.get(id(owner))
-    if found is None or found[0]() is not owner:
-        found = _CACHE[id(owner)] = (weakref.ref(owner, functools.partial(_drop, id(owner))), {})
-    entries = found[1]
+    entries, slot = _entries(tensor, key)
     value = entries.get(slot, _MISSING)
     if value is _MISSING:
         if len(entries) > 64:  # an owner mutated in place many times: drop old versions
             entries.clear()
         value = entries[slot] = compute()
     return value
+
+
+def peek(tensor: Tensor, key: Tuple) -> object:
+    """What :func:`cached` holds for ``tensor`` under ``key``, or None (nothing computed or
+    stored; always None while tracing)."""
+    if not eager(tensor):
+        return None
+    entries, slot = _entries(tensor, key)
+    return entries.get(slot)
+
+
+def _entries(tensor: Tensor, key: Tuple) -> Tuple[Dict, Tuple]:
+    """The cache entries of ``tensor``'s storage owner, and ``tensor``'s slot among them."""
+    _deferred.poll()
+    owner = storage_owner(tensor)
+    slot = (key, tensor.storage_offset(), tensor.shape, tensor.stride(), tensor._version)
+    found = _CACHE.get(id(owner))
+    if found is None or found[0]() is not owner:
+        found = _CACHE[id(owner)] = (weakref.ref(owner, functools.partial(_drop, id(owner))), {})
+    return found[1], slot
 
 
 _MISSING = object()
@@ -374,7 +388,7 @@ def coo_layout(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None, n
 def coo_settled(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None, name: str = "index") -> bool:
     """Whether :func:`coo_layout` has built the layout of ``index`` and will not change it (a
     device-sorted index may yet prove sorted, and then drops its permutation)."""
-    entry = cached(as_long(index), ("coo_layout", dim_size, is_sorted, name), lambda: None)
+    entry = peek(as_long(index), ("coo_layout", dim_size, is_sorted, name))
     return entry is not None and (entry[1] or entry[0].perm is None or readable(index))
 
 
