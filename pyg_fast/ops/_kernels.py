@@ -74,14 +74,14 @@ def reduce_csr(x2: Tensor, src_index: Tensor, ptr: Tensor, weight: Optional[Tens
     edges already in destination order, ``src_index`` int64 and ``ptr`` covering every edge (both
     prepared by ``_layout``), ``weight`` [E, H] in x2's dtype or None. No checks: the layers call
     this per layer on a graph prepared once. Runs in feature slices where ``tuning.feature_slices``
-    says so (every reduce is per feature), unless given the ``launch`` of whole rows."""
+    says so (every reduce is per feature); ``launch``: what :func:`csr_launch` gave, if known."""
+    heads = 1 if weight is None else weight.size(1)
     if launch is None:
-        slices = tuning.feature_slices(x2, src_index.numel(), 1 if weight is None else weight.size(1))
-        if slices > 1:  # split, not narrow: the gradient of the slices is one concatenation, not one zero fill each
-            return torch.cat([reduce_csr(part, src_index, ptr, weight, reduce)
-                              for part in x2.split(x2.size(1) // slices, dim=1)], dim=1)
-        launch = tuning.segment_launch(x2, ptr, src_index.numel(), gather=True,
-                                       heads=1 if weight is None else weight.size(1))
+        launch = csr_launch(x2, ptr, src_index.numel(), heads)
+    if launch is None:  # split, not narrow: the gradient of the slices is one concatenation, not one zero fill each
+        slices = tuning.feature_slices(x2, src_index.numel(), heads)
+        return torch.cat([reduce_csr(part, src_index, ptr, weight, reduce)
+                          for part in x2.split(x2.size(1) // slices, dim=1)], dim=1)
     # only without gradients, where the copy was timed (an eager training forward reads int64)
     if launch.config and launch.config[0] in _INT32_SCHEDULES and _layout.gather_index_dtype(
             x2, x2.size(0)) == torch.int32 and not (
@@ -91,13 +91,21 @@ def reduce_csr(x2: Tensor, src_index: Tensor, ptr: Tensor, weight: Optional[Tens
                None if weight is None else weight.contiguous(), reduce, launch.config, launch.data)
 
 
+def csr_launch(x2: Tensor, ptr: Tensor, num_edges, heads: int = 1) -> Optional[tuning.Launch]:
+    """The launch of :func:`reduce_csr` over whole rows of ``x2``; None where it runs in feature
+    slices."""
+    if tuning.feature_slices(x2, num_edges, heads) > 1:
+        return None
+    return tuning.segment_launch(x2, ptr, num_edges, gather=True, heads=heads)
+
+
 def reduce_rows(src3: Tensor, layout: _layout.SegmentLayout, reduce: str,
                 launch: Optional[tuning.Launch] = None) -> Tensor:
     """Reduces ``src3`` [B, E, F] over its rows into ``layout``'s segments: [B, V, F]; ``launch``:
-    what :func:`keep_rows` gave for these sizes, if known."""
+    what :func:`rows_launch` gave, if known."""
     if layout.perm is None:
         if launch is None:
-            launch = tuning.segment_launch(src3, layout.ptr, src3.size(1))
+            launch = rows_launch(src3, layout)
         return run(torch.ops.pyg_fast.segment_reduce, src3.contiguous(), layout.ptr, reduce, launch.config,
                    launch.data)
     if src3.size(0) == 1:  # the rows gathered in sorted order inside the kernel
@@ -107,38 +115,40 @@ def reduce_rows(src3: Tensor, layout: _layout.SegmentLayout, reduce: str,
     return reduce_rows(src3.index_select(1, layout.perm), _layout.SegmentLayout(layout.ptr, None), reduce)
 
 
+def rows_launch(src3: Tensor, layout: _layout.SegmentLayout) -> Optional[tuning.Launch]:
+    """The launch :func:`reduce_rows` takes for ``src3`` ([1, E, F] where ``layout`` has a
+    permutation); None where its gather runs in feature slices."""
+    if layout.perm is None:
+        return tuning.segment_launch(src3, layout.ptr, src3.size(1))
+    return csr_launch(src3.squeeze(0), layout.ptr, src3.size(1))
+
+
 # A reused index's reduction over its rows, kept with the index once its layout and launch are
 # settled: one lookup where the layout's, the launch's and the COO route's use count took three
 # with their checks (segment_reduce on pubmed, F = 16, H100 hosts: 47.7 -> 30.9 us a call; torch's
-# index_add_ 15-19).
-def kept_rows(src3: Tensor, index: Optional[Tensor], dim_size: Optional[int], is_sorted: Optional[bool]
-              ) -> Optional[list]:
-    """The slot of ``index``'s kept (layout, launch) for rows of ``src3`` [1, E, F] (its value None
-    until :func:`keep_rows` fills it), or None where nothing is kept: a traced call, a batch, an
-    index of another type, a segment count to read from the index, a forced launch."""
+# index_add_ 15-19). Looked up without storing, so that an index used once stores nothing.
+def kept_key(src3: Tensor, index: Optional[Tensor], dim_size: Optional[int], is_sorted: Optional[bool]
+             ) -> Optional[Tuple]:
+    """The key under which ``index`` keeps its (layout, launch) for rows of ``src3`` [1, E, F]
+    (``_layout.peek`` reads it), or None where nothing is kept: a traced call, a batch, an index of
+    another type, a segment count to read from the index, a forced launch."""
     if (type(index) is not Tensor or dim_size is None or src3.size(0) != 1 or tuning.overridden()
             or not _layout.eager(src3)):
         return None
-    return _layout.cached(index, ("kept_rows", dim_size, is_sorted, src3.size(1), src3.size(2), src3.dtype,
-                                  src3.device), lambda: [None])
+    return "kept_rows", dim_size, is_sorted, src3.size(1), src3.size(2), src3.dtype, src3.device
 
 
-def keep_rows(slot: Optional[list], src3: Tensor, index: Tensor, layout: _layout.SegmentLayout, dim_size: int,
+def keep_rows(key: Optional[Tuple], index: Tensor, src3: Tensor, layout: _layout.SegmentLayout, dim_size: int,
               is_sorted: Optional[bool]) -> Optional[tuning.Launch]:
     """The launch to give :func:`reduce_rows` for ``src3`` over ``index``'s ``layout`` (None: let
-    it choose), kept in ``slot`` with the layout where both are final: the layout settled, the
-    launch chosen from the graph's statistics (or left to the op on the CPU), whole rows."""
-    if slot is None or not _layout.coo_settled(index, dim_size, is_sorted):
+    it choose), kept with ``index`` under ``key`` with the layout where both are final: the layout
+    settled, the launch chosen from the graph's statistics (or left to the op on the CPU), whole
+    rows."""
+    if key is None or not _layout.coo_settled(index, dim_size, is_sorted):
         return None
-    if layout.perm is None:
-        launch = tuning.segment_launch(src3, layout.ptr, src3.size(1))
-    else:
-        x2 = src3.squeeze(0)
-        if tuning.feature_slices(x2, x2.size(0)) > 1:
-            return None
-        launch = tuning.segment_launch(x2, layout.ptr, x2.size(0), gather=True)
-    if launch is not tuning.AUTO or not src3.is_cuda:
-        slot[0] = (layout, launch)
+    launch = rows_launch(src3, layout)
+    if launch is not None and (launch is not tuning.AUTO or not src3.is_cuda):
+        _layout.cached(index, key, lambda: (layout, launch))
     return launch
 
 

@@ -54,7 +54,7 @@ def cached(tensor: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
     mode."""
     if not eager(tensor):
         return compute()
-    entries, slot = _entries(tensor, key)
+    entries, slot = _entries(tensor, key, create=True)
     value = entries.get(slot, _MISSING)
     if value is _MISSING:
         if len(entries) > 64:  # an owner mutated in place many times: drop old versions
@@ -65,22 +65,24 @@ def cached(tensor: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
 
 def peek(tensor: Tensor, key: Tuple) -> object:
     """What :func:`cached` holds for ``tensor`` under ``key``, or None (nothing computed or
-    stored; always None while tracing)."""
+    stored, not even an entry for a tensor seen for the first time; always None while tracing)."""
     if not eager(tensor):
         return None
-    entries, slot = _entries(tensor, key)
-    return entries.get(slot)
+    entries, slot = _entries(tensor, key, create=False)
+    return None if entries is None else entries.get(slot)
 
 
-def _entries(tensor: Tensor, key: Tuple) -> Tuple[Dict, Tuple]:
-    """The cache entries of ``tensor``'s storage owner, and ``tensor``'s slot among them."""
-    _deferred.poll()
+def _entries(tensor: Tensor, key: Tuple, create: bool) -> Tuple[Optional[Dict], Tuple]:
+    """The cache entries of ``tensor``'s storage owner (None where it has none and not
+    ``create``), and ``tensor``'s slot among them."""
     owner = storage_owner(tensor)
-    slot = (key, tensor.storage_offset(), tensor.shape, tensor.stride(), tensor._version)
     found = _CACHE.get(id(owner))
     if found is None or found[0]() is not owner:
+        if not create:
+            return None, ()
         found = _CACHE[id(owner)] = (weakref.ref(owner, functools.partial(_drop, id(owner))), {})
-    return found[1], slot
+    _deferred.poll()
+    return found[1], (key, tensor.storage_offset(), tensor.shape, tensor.stride(), tensor._version)
 
 
 _MISSING = object()

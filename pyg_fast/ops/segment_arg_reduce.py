@@ -11,7 +11,7 @@ from torch import Tensor
 
 from pyg_fast.ops import _layout
 from pyg_fast.ops._checks import check_dim
-from pyg_fast.ops._kernels import keep_rows, kept_rows, reduce_rows
+from pyg_fast.ops._kernels import keep_rows, kept_key, reduce_rows
 
 ARG_REDUCES = ("max", "min", "mul")
 
@@ -52,12 +52,13 @@ def segment_arg_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optiona
     shape = list(src.shape)
     src3 = src.reshape(math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:]))
     floating_index = index is not None and reduce != "mul" and src.is_floating_point()
-    kept = kept_rows(src3, index, dim_size, sorted) if floating_index else None
-    if kept is not None and kept[0] is not None:
-        layout, launch = kept[0]
+    key = kept_key(src3, index, dim_size, sorted) if floating_index else None
+    kept = _layout.peek(index, key) if key is not None else None
+    if kept is not None:
+        layout, launch = kept
     else:
         layout, dim_size = _layout.segments(index, ptr, src, dim, dim_size, is_sorted=sorted, ptr_covers_all=False)
-        launch = keep_rows(kept, src3, index, layout, dim_size, sorted) if floating_index else None
+        launch = keep_rows(key, index, src3, layout, dim_size, sorted)
     if floating_index:
         # The extremum by segment_reduce's schedules, then the first row holding it in one pass
         # over the rows (arxiv_like, F = 16, H100: 0.19 ms; a walk per segment took 0.80, torch_scatter

@@ -7,7 +7,8 @@ from torch import Tensor
 
 from pyg_fast.ops import _layout
 from pyg_fast.ops._checks import check_dim, check_float, check_index_tensor, check_reduce
-from pyg_fast.ops._kernels import COO_REDUCES, coo_reported, coo_route, gather_scatter, keep_rows, kept_rows, reduce_rows
+from pyg_fast.ops._kernels import (COO_REDUCES, coo_reported, coo_route, gather_scatter, keep_rows, kept_key,
+                                   reduce_rows)
 
 
 def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
@@ -50,10 +51,11 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
     shape = list(src.shape)
     src3 = src.reshape(math.prod(shape[:dim]), num_rows, math.prod(shape[dim + 1:]))
     # a reused index's kept call skips the COO route's use count too: once kept, it is grouped
-    kept = kept_rows(src3, index, dim_size, sorted)
-    if kept is not None and kept[0] is not None:
+    key, caller_index = kept_key(src3, index, dim_size, sorted), index
+    kept = _layout.peek(index, key) if key is not None else None
+    if kept is not None:
         shape[dim] = dim_size
-        return reduce_rows(src3, kept[0][0], reduce, kept[0][1]).view(shape)
+        return reduce_rows(src3, kept[0], reduce, kept[1]).view(shape)
     # An index declared sorted keeps the grouping: no sort to save, and the claim is checked there
     if (ptr is None and dim_size is not None and src3.size(0) == 1 and reduce in COO_REDUCES + ("max", "min")
             and dim_size >= 0 and not sorted):
@@ -72,4 +74,5 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
             return out.view(shape)
     layout, dim_size = _layout.segments(index, ptr, src, dim, dim_size, is_sorted=sorted)
     shape[dim] = dim_size
-    return reduce_rows(src3, layout, reduce, keep_rows(kept, src3, index, layout, dim_size, sorted)).view(shape)
+    launch = keep_rows(key, caller_index, src3, layout, dim_size, sorted)
+    return reduce_rows(src3, layout, reduce, launch).view(shape)

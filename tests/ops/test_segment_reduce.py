@@ -521,7 +521,7 @@ def test_reused_index_keeps_its_call(device):
     """A reused index's grouped call is kept with it once its layout and launch are final; the
     kept call gives the reference's values and gradients for every reduce, and segment_arg_reduce
     shares it (its extremum through the kept call, its row the first holding it)."""
-    from pyg_fast.ops._kernels import kept_rows
+    from pyg_fast.ops._kernels import kept_key
     from pyg_fast.ops.segment_arg_reduce import segment_arg_reduce
     index = torch.randint(0, 30, (200,), device=device)
     src = torch.randn(200, 8, device=device)
@@ -531,8 +531,8 @@ def test_reused_index_keeps_its_call(device):
             assert_close(out, scatter_reference(src, index, 30, reduce), torch.float32)
         if device == "cuda":
             torch.cuda.synchronize()
-    slot = kept_rows(src.view(1, 200, 8), index, 30, None)
-    assert slot is not None and slot[0] is not None
+    src3 = src.view(1, 200, 8)
+    assert pyg_fast.ops._layout.peek(index, kept_key(src3, index, 30, None)) is not None
     src = torch.randn(200, 8, device=device, requires_grad=True)
     grad = torch.randn(30, 8, device=device)
     pyg_fast.segment_reduce(src, index, dim_size=30, reduce="sum").backward(grad)

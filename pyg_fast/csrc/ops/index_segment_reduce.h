@@ -7,7 +7,8 @@
 
 namespace pyg_fast {
 
-// x: [N, F]; src_index: [E] int64 (or int32 where `int32_index`: the CUDA forward); ptr: [V + 1] int64; weight: optional [E, H], H | F.
+// x: [N, F]; src_index: [E] int64 (or int32 where `int32_index`: the CUDA forward); ptr: [V + 1]
+// int64; weight: optional [E, H], H | F.
 inline void check_index_segment_reduce_args(const at::Tensor& x, const at::Tensor& src_index,
                                             const at::Tensor& ptr,
                                             const std::optional<at::Tensor>& weight,
