@@ -1,15 +1,18 @@
 """Checks and small values computed on the device and read by the host without waiting for it.
 
-A check is a few integer flags on the data's device (``report``). On the CPU a raised flag
-raises at once. On CUDA the flags are copied into pinned host memory behind the kernels that
-follow, with no host synchronisation, and the first pyg_fast call that finds the copy landed
-raises (``poll``; :func:`check_errors` waits for every pending check). ``config.validate =
-"sync"`` waits at the call instead. ``HostValue`` reads a small integer tensor the same way,
-for decisions that can wait until the value is there (the schedule of a reused graph).
+A check is a few integer flags on the data's device. On the CPU a raised flag raises at once. On
+CUDA the op that checks raises its flags in a slot of a pinned host ring mapped into the device's
+address space (``flag_slot``; csrc/cuda/flag_ring.cuh), where the host reads them with no copy
+and no event a check, and the first pyg_fast call that finds a flag there raises (``poll``;
+:func:`check_errors` waits for every pending check). Flags computed by torch's ops instead are
+copied into pinned memory behind the kernels (``report``). ``config.validate = "sync"`` waits at
+the call instead. ``HostValue`` reads a small integer tensor by such a copy, for decisions that
+can wait until the value is there (the schedule of a reused graph).
 """
+import ctypes
 import threading
 from collections import deque
-from typing import Deque, Dict, List, Optional, Sequence, Tuple, Type
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple, Type
 
 import torch
 from torch import Tensor
@@ -51,6 +54,110 @@ LATE = ("(reported once the check reached the host: on CUDA index checks run beh
         "before the kernels run)")
 
 
+class _FlagRing:
+    """The pinned ring the CUDA checks raise their flags in (``pyg_fast::flag_ring``), in slots of
+    ``stride`` bytes handed out in order. A slot may be handed out again once the kernels that were
+    given it have run: every ``_FLAG_BLOCK`` checks, an event on the current stream of each device
+    that used the block marks that."""
+    __slots__ = ("address", "slots", "stride", "issued", "pending", "devices", "closed")
+
+    def __init__(self, address: int, slots: int, values: int):
+        self.address, self.slots, self.stride = address, slots, values * 8
+        self.issued = 0  # checks handed a slot so far; check n has slot n % slots
+        self.pending: Deque[Tuple[int, Optional[Sequence[Message]]]] = deque()  # (n, messages; None once raised)
+        self.devices: Set[int] = set()  # devices of the block being handed out
+        self.closed: Deque[Tuple[int, List]] = deque()  # (checks before the block's end, its events)
+
+    def flags(self, first: int, count: int) -> bytes:
+        """The flags of checks first .. first + count - 1, as bytes."""
+        start = first % self.slots
+        head = min(count, self.slots - start)
+        data = ctypes.string_at(self.address + start * self.stride, head * self.stride)
+        if head < count:
+            data += ctypes.string_at(self.address, (count - head) * self.stride)
+        return data
+
+
+_FLAG_BLOCK = 64
+_flag_ring: Optional[_FlagRing] = None
+
+
+def flag_slot(messages: Sequence[Message], device: torch.device) -> int:
+    """The ``flag_slot`` of a check on ``device`` whose flags ``messages`` name: a slot of the ring
+    on CUDA, -1 where the op should return its flags for :func:`report` (the CPU, ``validate ==
+    "sync"``, a CUDA graph capture)."""
+    global _flag_ring
+    if device.type != "cuda" or config.validate == "sync" or _capturing():
+        return -1
+    with _lock:
+        ring = _flag_ring
+        if ring is None:
+            ring = _flag_ring = _FlagRing(*torch.ops.pyg_fast.flag_ring())
+        n = ring.issued
+        if ring.pending and ring.pending[0][0] <= n - ring.slots:  # the slot's last kernels may not have run
+            for _, events in ring.closed:
+                for event in events:
+                    event.synchronize()
+        _scan_flags(ring)
+        ctypes.memset(ring.address + n % ring.slots * ring.stride, 0, ring.stride)
+        ring.pending.append((n, messages))
+        ring.devices.add(device.index if device.index is not None else torch.cuda.current_device())
+        ring.issued = n + 1
+        if ring.issued % _FLAG_BLOCK == 0:
+            events = []
+            for index in ring.devices:
+                events.append(torch.cuda.Event())
+                events[-1].record(torch.cuda.current_stream(index))
+            ring.closed.append((ring.issued, events))
+            ring.devices = set()
+        return n % ring.slots
+
+
+def _scan_flags(ring: _FlagRing) -> None:
+    """Retires the pending checks whose kernels have run, and raises for the first raised flag
+    among the pending ones (which may still run: a raised flag is final)."""
+    while ring.closed and all(event.query() for event in ring.closed[0][1]):
+        end = ring.closed.popleft()[0]
+        _raise_flags(ring, end)
+        while ring.pending and ring.pending[0][0] < end:
+            ring.pending.popleft()
+    if ring.pending:
+        _raise_flags(ring, ring.issued)
+
+
+def _raise_flags(ring: _FlagRing, end: int) -> None:
+    """Raises for the first raised flag of the pending checks before ``end`` (each once)."""
+    first = ring.pending[0][0]
+    count = min(end, ring.issued) - first
+    if count <= 0:
+        return
+    data = ring.flags(first, count)
+    if data.count(0) == len(data):
+        return
+    for n, messages in ring.pending:
+        if n >= first + count:
+            break
+        values = data[(n - first) * ring.stride:(n - first + 1) * ring.stride]
+        if messages is None or values.count(0) == len(values):
+            continue
+        flags = [int.from_bytes(values[k:k + 8], "little") for k in range(0, len(values), 8)]
+        failure = next(((kind, text) for (kind, text), flag in zip(messages, flags) if flag), None)
+        if failure is not None:
+            ring.pending[n - first] = (n, None)
+            kind, text = failure
+            raise kind(f"{text} {LATE}")
+
+
+def checked(call: Callable[[int], object], messages: Sequence[Message], device: torch.device):
+    """``call(flag_slot)`` of an op that checks indices and returns its flags last (or only), with
+    ``messages`` raised for them: from the flag ring on CUDA, else through :func:`report`."""
+    slot = flag_slot(messages, device)
+    out = call(slot)
+    if slot < 0:
+        report(out[-1] if isinstance(out, (tuple, list)) else out, messages)
+    return out
+
+
 class _Check:
     __slots__ = ("messages",)
 
@@ -83,7 +190,11 @@ def _capturing() -> bool:
 
 
 def poll() -> None:
-    """Retires every copy that has landed; raises for the first failed check among them."""
+    """Raises for the first failed check that has reached the host; retires the checks and copies
+    that have landed."""
+    if _flag_ring is not None and _flag_ring.pending and not _capturing():
+        with _lock:
+            _scan_flags(_flag_ring)
     if not _in_flight or _capturing():
         return
     failure = None
@@ -104,6 +215,17 @@ def poll() -> None:
 
 def check_errors() -> None:
     """Waits for every pending index check and raises for the first that failed."""
+    ring = _flag_ring
+    if ring is not None and ring.pending and not _capturing():
+        with _lock:
+            events = [event for _, block in ring.closed for event in block]
+            for index in ring.devices:  # the block being handed out has no event yet
+                events.append(torch.cuda.Event())
+                events[-1].record(torch.cuda.current_stream(index))
+            ring.closed.append((ring.issued, events))
+            ring.devices = set()
+        for event in events:
+            event.synchronize()
     if _in_flight and not _capturing():
         with _lock:
             last = {}  # each device's newest copy: its event marks every earlier one of that device

@@ -325,16 +325,21 @@ def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, w
     F]; ``src_index`` None: row e) into rows ``dst_index[e]`` of [num_rows, F], both indices int64,
     in any order: atomics rather than a grouping (see :func:`coo_route`). Edges with an end
     out of range are skipped and reported under ``names`` ('src name|src size name|dst name|dst
-    size name'; None: not reported, a call on indices another call reported). In eager mode
-    reported once per pair of index tensors and sizes, as the grouped route checks an index once:
-    a report copies the flags to the host, 70-100 us of host time a call on an H100 host. Where
-    recorded, once per ``owner`` (the caller's tensor the indices view, its edge_index) when the
-    graph runs, where given: there the indices are new views every call."""
+    size name'; None: not reported, a call on indices another call reported). In eager mode on
+    CUDA the kernel raises them in a slot of the flag ring (``_deferred.flag_slot``: no copy; a
+    copied report cost 45-70 us of host time a call on an H100 host); on the CPU and with
+    validate="sync" they are reported once per pair of index tensors and sizes, as the grouped
+    route checks an index once. Where recorded, once per ``owner`` (the caller's tensor the indices
+    view, its edge_index) when the graph runs, where given: there the indices are new views every
+    call."""
+    messages = None if names is None or not _layout.eager(x2, dst_index) else _range_messages(
+        names, x2.size(0), num_rows)
+    slot = -1 if messages is None else _deferred.flag_slot(messages, dst_index.device)
     out, _, flags = run(torch.ops.pyg_fast.gather_scatter, x2.contiguous(), src_index, dst_index,
-                        None if weight is None else weight.contiguous(), num_rows, reduce == "mean")
+                        None if weight is None else weight.contiguous(), num_rows, reduce == "mean", slot)
     if names is None:
         return out
-    if not _layout.eager(flags):
+    if messages is None:
         # Recorded: the flags come from a check of the indices, not from this call's kernel, so that
         # every layer's check and report of one edge_index are the same ops, which the compiler
         # merges into one a step (a 3-layer SAGE ran three report ops a step, about 80 us of host
@@ -346,15 +351,14 @@ def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, w
         else:
             checked = _layout.range_flags([src_index, dst_index], [num_src, num_rows])
         return out + _report_range(checked, names, num_src, num_rows, owner)
-    if _first_report(src_index, dst_index, (num_rows, x2.size(0), names)):
-        _report_flags(flags, names, x2.size(0), num_rows)  # the op's body: no dispatcher round trip
+    if slot < 0 and _first_report(src_index, dst_index, (num_rows, x2.size(0), names)):
+        _deferred.report(flags, messages)
     return out
 
 
-def _report_flags(flags: Tensor, names: str, num_src: int, num_dst: int) -> None:
+def _range_messages(names: str, num_src: int, num_dst: int) -> Tuple[_deferred.Message, _deferred.Message]:
     src_name, src_size, dst_name, dst_size = names.split("|")
-    _deferred.report(flags, (_layout.range_message(src_name, num_src, src_size),
-                             _layout.range_message(dst_name, num_dst, dst_size)))
+    return _layout.range_message(src_name, num_src, src_size), _layout.range_message(dst_name, num_dst, dst_size)
 
 
 @torch.library.custom_op("pyg_fast::report_range", mutates_args=())
@@ -362,7 +366,7 @@ def _report_range(flags: Tensor, names: str, num_src: int, num_dst: int, owner: 
     """Reports ``gather_scatter``'s ``flags`` (see its ``names``), once per ``owner`` where given;
     returns a 0-d zero (int64: added to a floating output, it keeps that output's dtype)."""
     if owner is None or _first_report(None, owner, (num_dst, num_src, names)):
-        _report_flags(flags, names, num_src, num_dst)
+        _deferred.report(flags, _range_messages(names, num_src, num_dst))
     return flags.new_zeros(())
 
 
@@ -386,7 +390,7 @@ def _first_report(src_index: Optional[Tensor], dst_index: Tensor, key: Tuple) ->
 
 
 @torch.library.register_fake("pyg_fast::gather_scatter")
-def _(x, src_index, dst_index, weight, num_rows, mean):
+def _(x, src_index, dst_index, weight, num_rows, mean, flag_slot=-1):
     return x.new_empty(num_rows, x.size(1)), x.new_empty(num_rows if mean else 0), dst_index.new_empty(2)
 
 
@@ -457,7 +461,7 @@ def _(out, grad_out, ptr, lanes=0):
 
 
 @torch.library.register_fake("pyg_fast::edge_softmax_coo")
-def _(src, index, num_nodes):
+def _(src, index, num_nodes, flag_slot=-1):
     return torch.empty_like(src), index.new_empty(1)
 
 
@@ -467,12 +471,12 @@ def _(out, grad_out, index, num_nodes):
 
 
 @torch.library.register_fake("pyg_fast::index_range_flags")
-def _(indices, sizes):
+def _(indices, sizes, flag_slot=-1):
     return indices[0].new_empty(len(indices))
 
 
 @torch.library.register_fake("pyg_fast::scatter_extremum")
-def _(src, index, num_rows, is_max):
+def _(src, index, num_rows, is_max, flag_slot=-1):
     return src.new_empty(num_rows, src.size(1)), index.new_empty(1)
 
 
@@ -485,9 +489,10 @@ def coo_reported(op, src2: Tensor, index: Tensor, size: int, name: str, size_nam
     """``op(src2, index, size, *args)`` for a COO op that returns ``(out, flags)``
     (``pyg_fast::scatter_extremum``, ``pyg_fast::edge_softmax_coo``: rows or edges of ``src2`` in
     any order over the int64 ``index``, no grouping; see :func:`coo_route`): ``out``, with an
-    index out of ``[0, size)`` reported (its rows were skipped), once per index tensor and size as
-    :func:`gather_scatter` reports: a report costs ~30 us of host time (H100 host)."""
-    out, flags = run(op, src2.contiguous(), index, size, *args)
-    if _first_report(None, index, (size, name, size_name)):
-        _deferred.report(flags, [_layout.range_message(name, size, size_name)])
+    index out of ``[0, size)`` reported (its rows were skipped) as :func:`gather_scatter` reports."""
+    messages = [_layout.range_message(name, size, size_name)]
+    slot = _deferred.flag_slot(messages, index.device)
+    out, flags = run(op, src2.contiguous(), index, size, *args, slot)
+    if slot < 0 and _first_report(None, index, (size, name, size_name)):
+        _deferred.report(flags, messages)
     return out

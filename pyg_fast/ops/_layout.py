@@ -226,16 +226,17 @@ def _prepare(index: Tensor, num_segments: int, is_sorted: bool, src: Optional[Te
     """The work of ``pyg_fast::csr_layout``: one ``pyg_fast::coo_to_csr`` call (the kernels in
     csrc/cuda/kernels/layout.cuh) and its flags reported."""
     bound = -1 if src_bound is None else src_bound.size(0)
-    ptr, perm, src_sorted, flags = torch.ops.pyg_fast.coo_to_csr(index, num_segments, is_sorted, src, bound)
     index_name, size_name, src_name, src_size_name = names.split("|")
-    _deferred.report(flags, (range_message(index_name, num_segments, size_name),
-                             range_message(src_name, bound, src_size_name),
-                             (ValueError, f"pyg_fast: '{index_name}' was declared sorted but is not sorted")))
+    messages = (range_message(index_name, num_segments, size_name), range_message(src_name, bound, src_size_name),
+                (ValueError, f"pyg_fast: '{index_name}' was declared sorted but is not sorted"))
+    ptr, perm, src_sorted, _ = _deferred.checked(
+        lambda slot: torch.ops.pyg_fast.coo_to_csr(index, num_segments, is_sorted, src, bound, slot), messages,
+        index.device)
     return ptr, perm, src_sorted
 
 
 @torch.library.register_fake("pyg_fast::coo_to_csr")
-def _(index, num_segments, is_sorted, src, src_bound):
+def _(index, num_segments, is_sorted, src, src_bound, flag_slot=-1):
     E = index.numel()
     return (index.new_empty(num_segments + 1), index.new_empty(0 if is_sorted else E),
             index.new_empty(0 if src is None else E), index.new_empty(3))
@@ -262,8 +263,9 @@ def _(index, num_segments, is_sorted, src, src_bound, names, owner=None, with_pe
 def _check_ranges(indices: Sequence[Tensor], sizes: Sequence, names: Sequence[Tuple[str, str]]) -> None:
     """Reports each index with a value outside [0, sizes[i]), named by ``names[i]`` (its name, the
     size's name)."""
-    _deferred.report(range_flags(indices, sizes),
-                     [range_message(name, size, size_name) for (name, size_name), size in zip(names, sizes)])
+    _deferred.checked(lambda slot: torch.ops.pyg_fast.index_range_flags(list(indices), list(sizes), slot),
+                      [range_message(name, size, size_name) for (name, size_name), size in zip(names, sizes)],
+                      indices[0].device)
 
 
 @torch.library.custom_op("pyg_fast::checked_index", mutates_args=())

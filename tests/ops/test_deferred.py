@@ -119,6 +119,54 @@ def test_the_pinned_rings_on_stubbed_cuda_events(monkeypatch):
     assert not _deferred._in_flight and len(other.free) == 4 and len(ring.free) == 4
 
 
+def test_the_flag_ring_on_stubbed_cuda_events(monkeypatch):
+    """The flag ring's bookkeeping on the CPU, its memory a host buffer that the test writes as a
+    kernel would and CUDA's events stubbed: a raised flag raises its message once, at the next
+    poll, whether or not its block has run; a block's event retires its checks; a full ring waits
+    for its oldest block; check_errors waits for the block still being handed out."""
+    import ctypes
+    from pyg_fast.ops import _deferred
+    buffer = ctypes.create_string_buffer(4 * 8 * 8)  # 4 slots of 8 flags
+    ring = _deferred._FlagRing(ctypes.addressof(buffer), 4, 8)
+    monkeypatch.setattr(_deferred, "_flag_ring", ring)
+    monkeypatch.setattr(_deferred, "_FLAG_BLOCK", 2)
+    monkeypatch.setattr(_deferred, "_capturing", lambda: False)
+    monkeypatch.setattr(torch.cuda, "Event", _StubEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    _StubEvent.recorded.clear()
+    gpu = torch.device("cuda", 0)
+
+    def raise_flag(slot, k):  # what a kernel that finds a bad index does
+        ctypes.memmove(ctypes.addressof(buffer) + slot * 64 + 8 * k, (1).to_bytes(8, "little"), 8)
+
+    assert _deferred.flag_slot([(IndexError, "a")], torch.device("cpu")) == -1
+    first = _deferred.flag_slot([(IndexError, "a0"), (ValueError, "a1")], gpu)
+    second = _deferred.flag_slot([(IndexError, "b0"), (ValueError, "b1")], gpu)
+    assert (first, second) == (0, 1) and len(_StubEvent.recorded) == 1  # the first block closed
+    _deferred.poll()  # no flag raised: nothing raises
+    raise_flag(second, 1)
+    with pytest.raises(ValueError, match="^b1 .*reached the host"):
+        _deferred.poll()
+    _deferred.poll()  # raised once
+    assert len(ring.pending) == 2
+    _StubEvent.recorded[0].done = True
+    _deferred.poll()
+    assert not ring.pending and not ring.closed  # the block ran: retired
+    raise_flag(0, 0)  # a stale flag in a slot handed out again is cleared
+    slots = [_deferred.flag_slot([(IndexError, f"c{n}")], gpu) for n in range(4)]
+    assert slots == [2, 3, 0, 1]
+    _deferred.poll()
+    assert len(ring.pending) == 4 and len(ring.closed) == 2
+    # a fifth check takes slot 2 again: the ring waits for the block that used it, then retires it
+    assert _deferred.flag_slot([(IndexError, "d")], gpu) == 2
+    assert [n for n, _ in ring.pending] == [6]
+    raise_flag(2, 0)
+    with pytest.raises(IndexError, match="^d "):
+        _deferred.check_errors()
+    _deferred.check_errors()
+    assert not ring.pending
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 def test_checks_on_two_gpus_of_one_process():
     """Each GPU's checks reach the host, in turn and with another GPU current (one ring of

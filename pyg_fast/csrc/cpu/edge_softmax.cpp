@@ -103,7 +103,8 @@ at::Tensor edge_softmax_backward(const at::Tensor& out, const at::Tensor& grad_o
 
 // The COO softmax, one pass each for the maxima, the sums and the outputs, sequential over the edges
 // (their destinations come in any order). An index out of range raises the flag; its edge gets 0.
-std::tuple<at::Tensor, at::Tensor> edge_softmax_coo(const at::Tensor& src, const at::Tensor& index, int64_t num_nodes) {
+std::tuple<at::Tensor, at::Tensor> edge_softmax_coo(const at::Tensor& src, const at::Tensor& index, int64_t num_nodes,
+                                                    int64_t /*flag_slot*/) {
   check_edge_softmax_coo_args(src, index, num_nodes);
   auto out = at::empty_like(src);
   auto flags = at::zeros({1}, index.options());

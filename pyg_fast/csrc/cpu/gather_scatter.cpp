@@ -24,7 +24,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
                                                               const std::optional<at::Tensor>& src_index,
                                                               const at::Tensor& dst_index,
                                                               const std::optional<at::Tensor>& weight,
-                                                              int64_t num_rows, bool mean) {
+                                                              int64_t num_rows, bool mean, int64_t /*flag_slot*/) {
   check_gather_scatter_args(x, src_index, dst_index, weight, num_rows);
   const int64_t N = x.size(0), F = x.size(1), E = dst_index.numel(), V = num_rows;
   const int64_t H = weight ? weight->size(1) : 1, D = F / H;

@@ -12,7 +12,7 @@ namespace {
 
 constexpr int64_t kValuesPerTask = 1 << 16;
 
-at::Tensor index_range_flags(at::TensorList indices, c10::IntArrayRef sizes) {
+at::Tensor index_range_flags(at::TensorList indices, c10::IntArrayRef sizes, int64_t /*flag_slot*/) {
   check_index_range_args(indices, sizes);
   const int64_t count = static_cast<int64_t>(indices.size());
   auto flags = at::zeros({count}, indices[0].options());

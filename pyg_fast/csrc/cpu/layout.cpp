@@ -22,7 +22,7 @@ constexpr int64_t kRowsPerTask = 1 << 14;
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> coo_to_csr(const at::Tensor& index, int64_t num_segments,
                                                                       bool is_sorted,
                                                                       const c10::optional<at::Tensor>& src,
-                                                                      int64_t src_bound) {
+                                                                      int64_t src_bound, int64_t /*flag_slot*/) {
   check_coo_to_csr_args(index, num_segments, src);
   const int64_t E = index.numel(), V = num_segments;
   const auto opts = index.options();

@@ -19,7 +19,7 @@ namespace pyg_fast::cpu {
 namespace {
 
 std::tuple<at::Tensor, at::Tensor> scatter_extremum(const at::Tensor& src, const at::Tensor& index, int64_t num_rows,
-                                                    bool is_max) {
+                                                    bool is_max, int64_t /*flag_slot*/) {
   check_scatter_extremum_args(src, index, num_rows);
   const int64_t E = src.size(0), F = src.size(1), V = num_rows;
   auto out = at::zeros({V, F}, src.options());

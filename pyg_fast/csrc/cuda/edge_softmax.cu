@@ -16,6 +16,7 @@
 
 #include "../ops/edge_softmax.h"
 #include "coo_launch.cuh"
+#include "flag_ring.cuh"
 #include "kernels/edge_softmax.cuh"
 
 namespace pyg_fast::cuda {
@@ -98,13 +99,14 @@ at::Tensor edge_softmax_backward(const at::Tensor& out, const at::Tensor& grad_o
   return grad_src;
 }
 
-std::tuple<at::Tensor, at::Tensor> edge_softmax_coo(const at::Tensor& src, const at::Tensor& index, int64_t num_nodes) {
+std::tuple<at::Tensor, at::Tensor> edge_softmax_coo(const at::Tensor& src, const at::Tensor& index, int64_t num_nodes,
+                                                    int64_t flag_slot) {
   check_edge_softmax_coo_args(src, index, num_nodes);
   const c10::cuda::CUDAGuard guard(src.device());
   auto out = at::empty_like(src);
-  auto flags = zeros_async({1}, index.options());
+  const FlagBuffer flags = flag_buffer(1, flag_slot, index.options());
   const int64_t E = src.size(0), H = src.size(1), V = num_nodes, n = E * H;
-  if (n == 0) return {out, flags};
+  if (n == 0) return {out, flags.tensor};
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "edge_softmax_coo_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
@@ -115,14 +117,14 @@ std::tuple<at::Tensor, at::Tensor> edge_softmax_coo(const at::Tensor& src, const
       edge_softmax_coo_kernel<scalar_t, acc_t, decltype(pass_tag)::value><<<coo_blocks(n), kCooThreads, 0, stream>>>(
           src.const_data_ptr<scalar_t>(), index.const_data_ptr<int64_t>(), n, static_cast<int>(H), V,
           max.mutable_data_ptr<acc_t>(), sum.mutable_data_ptr<acc_t>(), out.mutable_data_ptr<scalar_t>(),
-          flags.mutable_data_ptr<int64_t>());
+          flags.data);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
     pass(std::integral_constant<CooPass, CooPass::Max>{});
     pass(std::integral_constant<CooPass, CooPass::Sum>{});
     pass(std::integral_constant<CooPass, CooPass::Write>{});
   });
-  return {out, flags};
+  return {out, flags.tensor};
 }
 
 at::Tensor edge_softmax_coo_backward(const at::Tensor& out, const at::Tensor& grad_out, const at::Tensor& index,

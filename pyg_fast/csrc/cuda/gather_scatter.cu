@@ -11,6 +11,7 @@
 
 #include "../ops/gather_scatter.h"
 #include "coo_launch.cuh"
+#include "flag_ring.cuh"
 #include "kernels/gather_scatter.cuh"
 
 namespace pyg_fast::cuda {
@@ -20,15 +21,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
                                                               const std::optional<at::Tensor>& src_index,
                                                               const at::Tensor& dst_index,
                                                               const std::optional<at::Tensor>& weight,
-                                                              int64_t num_rows, bool mean) {
+                                                              int64_t num_rows, bool mean, int64_t flag_slot) {
   check_gather_scatter_args(x, src_index, dst_index, weight, num_rows);
   const c10::cuda::CUDAGuard guard(x.device());
   const int64_t N = x.size(0), F = x.size(1), E = dst_index.numel(), V = num_rows;
   const int64_t H = weight ? weight->size(1) : 1;
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  // The flags and a mean's edge counts share one zero fill (one launch less a call).
-  const at::Tensor zeroed = zeros_async({2 + (mean ? V : 0)}, dst_index.options());
-  const at::Tensor flags = zeroed.narrow(0, 0, 2);
+  // Flags kept on the device and a mean's edge counts share one zero fill (one launch less a call).
+  const bool in_ring = flag_slot >= 0;
+  const at::Tensor zeroed = zeros_async({(in_ring ? 0 : 2) + (mean ? V : 0)}, dst_index.options());
+  const FlagBuffer flags = in_ring ? flag_buffer(2, flag_slot, dst_index.options())
+                                   : FlagBuffer{zeroed.narrow(0, 0, 2), zeroed.mutable_data_ptr<int64_t>()};
   auto divisor = at::empty({mean ? V : 0}, x.options());
   at::Tensor result;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "gather_scatter", [&] {
@@ -36,7 +39,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
     constexpr bool kDirect = std::is_same_v<scalar_t, acc_t>;  // float, double: no separate sum
     const auto acc_options = x.options().dtype(c10::CppTypeToScalarType<acc_t>::value);
     at::Tensor acc = zeros_async({V, F}, acc_options);
-    const at::Tensor count = zeroed.narrow(0, 2, mean ? V : 0);
+    const at::Tensor count = zeroed.narrow(0, in_ring ? 0 : 2, mean ? V : 0);
     auto* count_ptr = mean ? reinterpret_cast<unsigned long long*>(count.mutable_data_ptr<int64_t>()) : nullptr;
     if (E > 0 && (F > 0 || mean)) {
       const int vec = vector_width(x, F / H);
@@ -48,7 +51,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
             <<<blocks, kGatherScatterThreads, 0, stream>>>(
                 x.const_data_ptr<scalar_t>(), src_index ? src_index->const_data_ptr<int64_t>() : nullptr,
                 dst_index.const_data_ptr<int64_t>(), w, N, V, E, F, H, lanes_log2,
-                acc.mutable_data_ptr<acc_t>(), count_ptr, zeroed.mutable_data_ptr<int64_t>());
+                acc.mutable_data_ptr<acc_t>(), count_ptr, flags.data);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       };
       const auto with_weight = [&](auto vec_constant) {
@@ -78,7 +81,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
     }
     result = out;
   });
-  return {result, divisor, flags};
+  return {result, divisor, flags.tensor};
 }
 
 }  // namespace

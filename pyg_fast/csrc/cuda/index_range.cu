@@ -8,17 +8,18 @@
 
 #include "../ops/index_range.h"
 #include "coo_launch.cuh"
+#include "flag_ring.cuh"
 #include "kernels/index_range.cuh"
 
 namespace pyg_fast::cuda {
 namespace {
 
-at::Tensor index_range_flags(at::TensorList indices, c10::IntArrayRef sizes) {
+at::Tensor index_range_flags(at::TensorList indices, c10::IntArrayRef sizes, int64_t flag_slot) {
   check_index_range_args(indices, sizes);
   const c10::cuda::CUDAGuard guard(indices[0].device());
   const auto stream = at::cuda::getCurrentCUDAStream();
   const int count = static_cast<int>(indices.size());
-  auto flags = zeros_async({count}, indices[0].options());
+  const FlagBuffer flags = flag_buffer(count, flag_slot, indices[0].options());
   IndexRanges<kIndexRangeMaxIndices> ranges{};
   int64_t most = 0;
   for (int k = 0; k < count; ++k) {
@@ -27,11 +28,11 @@ at::Tensor index_range_flags(at::TensorList indices, c10::IntArrayRef sizes) {
     ranges.size[k] = static_cast<uint64_t>(sizes[k]);
     most = std::max(most, ranges.numel[k]);
   }
-  if (most == 0) return flags;
+  if (most == 0) return flags.tensor;
   index_range_kernel<<<dim3(static_cast<unsigned>(coo_blocks(most)), count), kCooThreads, 0, stream>>>(
-      ranges, flags.mutable_data_ptr<int64_t>());
+      ranges, flags.data);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return flags;
+  return flags.tensor;
 }
 
 }  // namespace

@@ -1,9 +1,8 @@
 // CUDA bindings of the per-graph preparation ops; the kernels in kernels/layout.cuh. No host
-// synchronisation: sizes come from the caller, errors travel as device flags.
+// synchronisation: sizes come from the caller, errors travel as flags (flag_ring.cuh).
 #include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -15,6 +14,7 @@
 #include <tuple>
 
 #include "../ops/layout.h"
+#include "flag_ring.cuh"
 #include "kernels/layout.cuh"
 
 namespace pyg_fast::cuda {
@@ -25,7 +25,7 @@ int64_t blocks_for(int64_t n) { return (std::max<int64_t>(n, 1) + kLayoutThreads
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> coo_to_csr(const at::Tensor& index, int64_t num_segments,
                                                                       bool is_sorted,
                                                                       const c10::optional<at::Tensor>& src,
-                                                                      int64_t src_bound) {
+                                                                      int64_t src_bound, int64_t flag_slot) {
   check_coo_to_csr_args(index, num_segments, src);
   const c10::cuda::CUDAGuard guard(index.device());
   const int64_t E = index.numel(), V = num_segments;
@@ -33,9 +33,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> coo_to_csr(const at::
   auto ptr = at::empty({V + 1}, opts);
   auto perm = at::empty({is_sorted ? 0 : E}, opts);
   auto src_sorted = at::empty({src.has_value() ? E : 0}, opts);
-  auto flags = at::zeros({kLayoutFlags}, opts);
+  const FlagBuffer flags = flag_buffer(kLayoutFlags, flag_slot, opts);
   auto stream = at::cuda::getCurrentCUDAStream();
-  auto* f = reinterpret_cast<unsigned long long*>(flags.mutable_data_ptr<int64_t>());
+  int64_t* f = flags.data;
   const int64_t* s = src.has_value() ? src->const_data_ptr<int64_t>() : nullptr;
   int64_t* ss = src.has_value() ? src_sorted.mutable_data_ptr<int64_t>() : nullptr;
   const int64_t blocks = blocks_for(std::max(E, V + 1));
@@ -44,7 +44,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> coo_to_csr(const at::
         IndexKeys{index.const_data_ptr<int64_t>(), V}, index.const_data_ptr<int64_t>(), E, V, nullptr, s, src_bound,
         ptr.mutable_data_ptr<int64_t>(), ss, f);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return {ptr, perm, src_sorted, flags};
+    return {ptr, perm, src_sorted, flags.tensor};
   }
   // Keys and row numbers, then a radix sort over the bits of V only (17 bits for 122 k nodes: 3
   // passes where torch.sort's int64 keys take 8), then the pointer and the sources.
@@ -70,7 +70,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> coo_to_csr(const at::
       SortedKeys{keys_out}, index.const_data_ptr<int64_t>(), E, V, perm.const_data_ptr<int64_t>(), s, src_bound,
       ptr.mutable_data_ptr<int64_t>(), ss, f);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return {ptr, perm, src_sorted, flags};
+  return {ptr, perm, src_sorted, flags.tensor};
 }
 
 at::Tensor csr_to_coo(const at::Tensor& ptr, int64_t num_rows) {

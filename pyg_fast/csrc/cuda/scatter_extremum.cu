@@ -17,6 +17,7 @@
 
 #include "../ops/scatter_extremum.h"
 #include "coo_launch.cuh"
+#include "flag_ring.cuh"
 #include "segment_launch.cuh"
 #include "kernels/scatter_extremum.cuh"
 
@@ -24,21 +25,31 @@ namespace pyg_fast::cuda {
 namespace {
 
 std::tuple<at::Tensor, at::Tensor> scatter_extremum(const at::Tensor& src, const at::Tensor& index, int64_t num_rows,
-                                                    bool is_max) {
+                                                    bool is_max, int64_t flag_slot) {
   check_scatter_extremum_args(src, index, num_rows);
   const c10::cuda::CUDAGuard guard(src.device());
   const int64_t E = src.size(0), F = src.size(1), V = num_rows;
   auto out = at::empty({V, F}, src.options());
-  // The flag and the segments' seen marks share one zero fill (one launch less a call).
-  const at::Tensor zeroed = zeros_async({1 + V}, index.options());
-  const at::Tensor flags = zeroed.narrow(0, 0, 1);
+  // A flag kept on the device and the segments' seen marks share one zero fill (one launch less a call).
+  const bool in_ring = flag_slot >= 0;
+  const at::Tensor zeroed = zeros_async({(in_ring ? 0 : 1) + V}, index.options());
+  const FlagBuffer flags = in_ring ? flag_buffer(1, flag_slot, index.options())
+                                   : FlagBuffer{zeroed.narrow(0, 0, 1), zeroed.mutable_data_ptr<int64_t>()};
   if (out.numel() == 0) {  // still report an index out of range
-    if (E > 0 && V == 0) flags.fill_(1);
-    return {out, flags};
+    if (E > 0 && V == 0) {
+      if (in_ring) {
+        static const int64_t kRaised = 1;
+        C10_CUDA_CHECK(cudaMemcpyAsync(flags.data, &kRaised, sizeof(kRaised), cudaMemcpyDefault,
+                                       at::cuda::getCurrentCUDAStream()));
+      } else {
+        flags.tensor.fill_(1);
+      }
+    }
+    return {out, flags.tensor};
   }
-  if (E == 0) return {out.zero_(), flags};
+  if (E == 0) return {out.zero_(), flags.tensor};
   const at::Tensor values = src.contiguous();
-  int64_t* seen = zeroed.mutable_data_ptr<int64_t>() + 1;
+  int64_t* seen = zeroed.mutable_data_ptr<int64_t>() + (in_ring ? 0 : 1);
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "scatter_extremum_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
@@ -51,7 +62,7 @@ std::tuple<at::Tensor, at::Tensor> scatter_extremum(const at::Tensor& src, const
       scatter_extremum_kernel<scalar_t, acc_t, decltype(vec_constant)::value, decltype(is_max_constant)::value>
           <<<blocks, kScatterExtremumThreads, 0, stream>>>(
               values.const_data_ptr<scalar_t>(), index.const_data_ptr<int64_t>(), E, F, V, lanes_log2,
-              acc.mutable_data_ptr<acc_t>(), seen, zeroed.mutable_data_ptr<int64_t>());
+              acc.mutable_data_ptr<acc_t>(), seen, flags.data);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
     const auto with_order = [&](auto vec_constant) {
@@ -66,7 +77,7 @@ std::tuple<at::Tensor, at::Tensor> scatter_extremum(const at::Tensor& src, const
         acc.const_data_ptr<acc_t>(), seen, V, F, out.mutable_data_ptr<scalar_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
-  return {out, flags};
+  return {out, flags.tensor};
 }
 
 // The rows' segments are the index itself (rows out of range get 0).

@@ -15,8 +15,9 @@ TORCH_LIBRARY_FRAGMENT(pyg_fast, m) {
   // The same softmax over the edges of each destination index[e] in [0, num_nodes), edges in any
   // order (no grouping: a graph used once, as a sampled mini-batch's): the maxima and sums per
   // destination with atomics on CUDA. An edge whose index is out of range gets 0 and raises
-  // flags[0] (int64 [1]).
-  m.def("edge_softmax_coo(Tensor src, Tensor index, SymInt num_nodes) -> (Tensor out, Tensor flags)");
+  // flags[0] (int64 [1]); flag_slot >= 0 (CUDA): in that slot of the host ring
+  // (cuda/flag_ring.cuh), and the flags come back empty.
+  m.def("edge_softmax_coo(Tensor src, Tensor index, SymInt num_nodes, int flag_slot=-1) -> (Tensor out, Tensor flags)");
   m.def("edge_softmax_coo_backward(Tensor out, Tensor grad_out, Tensor index, SymInt num_nodes) -> Tensor");
 }
 
@@ -62,18 +63,19 @@ at::Tensor edge_softmax_autograd(const at::Tensor& src, const at::Tensor& ptr, i
 
 using CooOutputs = std::tuple<at::Tensor, at::Tensor>;
 
-CooOutputs edge_softmax_coo_op(const at::Tensor& src, const at::Tensor& index, c10::SymInt num_nodes) {
+CooOutputs edge_softmax_coo_op(const at::Tensor& src, const at::Tensor& index, c10::SymInt num_nodes,
+                               int64_t flag_slot) {
   static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pyg_fast::edge_softmax_coo", "").typed<
-      CooOutputs(const at::Tensor&, const at::Tensor&, c10::SymInt)>();
-  return op.call(src, index, std::move(num_nodes));
+      CooOutputs(const at::Tensor&, const at::Tensor&, c10::SymInt, int64_t)>();
+  return op.call(src, index, std::move(num_nodes), flag_slot);
 }
 
 class EdgeSoftmaxCooFunction : public torch::autograd::Function<EdgeSoftmaxCooFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& src, const at::Tensor& index,
-                               c10::SymInt num_nodes) {
+                               c10::SymInt num_nodes, int64_t flag_slot) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    auto [out, flags] = edge_softmax_coo_op(src, index, num_nodes);
+    auto [out, flags] = edge_softmax_coo_op(src, index, num_nodes, flag_slot);
     ctx->save_for_backward({out, index});
     ctx->saved_data["num_nodes"] = std::move(num_nodes);
     ctx->mark_non_differentiable({flags});
@@ -82,21 +84,22 @@ class EdgeSoftmaxCooFunction : public torch::autograd::Function<EdgeSoftmaxCooFu
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    if (!grads[0].defined()) return variable_list(3);
+    if (!grads[0].defined()) return variable_list(4);
     static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pyg_fast::edge_softmax_coo_backward", "").typed<
         at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::SymInt)>();
     auto saved = ctx->get_saved_variables();
     return {op.call(saved[0], grads[0].contiguous(), saved[1], ctx->saved_data["num_nodes"].toSymInt()),
-            at::Tensor(), at::Tensor()};
+            at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
-CooOutputs edge_softmax_coo_autograd(const at::Tensor& src, const at::Tensor& index, c10::SymInt num_nodes) {
+CooOutputs edge_softmax_coo_autograd(const at::Tensor& src, const at::Tensor& index, c10::SymInt num_nodes,
+                                     int64_t flag_slot) {
   if (!(at::GradMode::is_enabled() && src.requires_grad())) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    return edge_softmax_coo_op(src, index, std::move(num_nodes));
+    return edge_softmax_coo_op(src, index, std::move(num_nodes), flag_slot);
   }
-  auto outputs = EdgeSoftmaxCooFunction::apply(src, index, std::move(num_nodes));
+  auto outputs = EdgeSoftmaxCooFunction::apply(src, index, std::move(num_nodes), flag_slot);
   return {outputs[0], outputs[1]};
 }
 

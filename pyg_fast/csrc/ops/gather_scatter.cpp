@@ -16,10 +16,11 @@ TORCH_LIBRARY_FRAGMENT(pyg_fast, m) {
   // least 1), which comes back as `divisor` [num_rows] in x's dtype (empty otherwise). Edges
   // whose source or destination is out of range are skipped and raise flags[0] (source) or
   // flags[1] (destination) of the int64 [2] `flags`. Summed in float32 (float64 for float64)
-  // with atomics on CUDA: the order of a row's terms is not fixed there.
+  // with atomics on CUDA: the order of a row's terms is not fixed there. flag_slot >= 0 (CUDA): the
+  // flags are raised in that slot of the host ring (cuda/flag_ring.cuh) and come back empty.
   m.def(
       "gather_scatter(Tensor x, Tensor? src_index, Tensor dst_index, Tensor? weight, SymInt num_rows, "
-      "bool mean) -> (Tensor out, Tensor divisor, Tensor flags)");
+      "bool mean, int flag_slot=-1) -> (Tensor out, Tensor divisor, Tensor flags)");
 }
 
 namespace pyg_fast {
@@ -29,12 +30,13 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 using Signature = Outputs(const at::Tensor&, const std::optional<at::Tensor>&, const at::Tensor&,
-                          const std::optional<at::Tensor>&, c10::SymInt, bool);
+                          const std::optional<at::Tensor>&, c10::SymInt, bool, int64_t);
 
 Outputs gather_scatter_op(const at::Tensor& x, const std::optional<at::Tensor>& src_index, const at::Tensor& dst_index,
-                          const std::optional<at::Tensor>& weight, c10::SymInt num_rows, bool mean) {
+                          const std::optional<at::Tensor>& weight, c10::SymInt num_rows, bool mean,
+                          int64_t flag_slot = -1) {
   static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pyg_fast::gather_scatter", "").typed<Signature>();
-  return op.call(x, src_index, dst_index, weight, std::move(num_rows), mean);
+  return op.call(x, src_index, dst_index, weight, std::move(num_rows), mean, flag_slot);
 }
 
 // The gradients, in the op's terms: x's is the gather-scatter of the output gradient back along the
@@ -44,9 +46,10 @@ class GatherScatterFunction : public torch::autograd::Function<GatherScatterFunc
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const std::optional<at::Tensor>& src_index,
                                const at::Tensor& dst_index, const std::optional<at::Tensor>& weight,
-                               c10::SymInt num_rows, bool mean) {
+                               c10::SymInt num_rows, bool mean, int64_t flag_slot) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    auto [out, divisor, flags] = gather_scatter_op(x, src_index, dst_index, weight, std::move(num_rows), mean);
+    auto [out, divisor, flags] =
+        gather_scatter_op(x, src_index, dst_index, weight, std::move(num_rows), mean, flag_slot);
     // An absent optional is no input of the node: the weight's gradient slot follows the indices given
     const size_t weight_slot = src_index ? 3 : 2;
     const bool weight_grad = weight && ctx->needs_input_grad(weight_slot);
@@ -64,7 +67,7 @@ class GatherScatterFunction : public torch::autograd::Function<GatherScatterFunc
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    if (!grads[0].defined()) return variable_list(6);  // the output was not used
+    if (!grads[0].defined()) return variable_list(7);  // the output was not used
     auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &dst_index = saved[2], &weight = saved[3], &divisor = saved[4];
     at::Tensor grad_out = grads[0].contiguous();
@@ -84,7 +87,7 @@ class GatherScatterFunction : public torch::autograd::Function<GatherScatterFunc
       grad_w = sddmm.call(grad_out.view_symint({-1, heads, width}), x.view_symint({-1, heads, width}), dst_index, src,
                           "dot");
     }
-    return {grad_x, at::Tensor(), at::Tensor(), grad_w, at::Tensor(), at::Tensor()};
+    return {grad_x, at::Tensor(), at::Tensor(), grad_w, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -94,13 +97,13 @@ class GatherScatterFunction : public torch::autograd::Function<GatherScatterFunc
 // took 60 us of host time each on an H200 host.
 Outputs gather_scatter_autograd(const at::Tensor& x, const std::optional<at::Tensor>& src_index,
                                 const at::Tensor& dst_index, const std::optional<at::Tensor>& weight,
-                                c10::SymInt num_rows, bool mean) {
+                                c10::SymInt num_rows, bool mean, int64_t flag_slot) {
   const bool record = at::GradMode::is_enabled() && (x.requires_grad() || (weight && weight->requires_grad()));
   if (!record) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    return gather_scatter_op(x, src_index, dst_index, weight, std::move(num_rows), mean);
+    return gather_scatter_op(x, src_index, dst_index, weight, std::move(num_rows), mean, flag_slot);
   }
-  auto outputs = GatherScatterFunction::apply(x, src_index, dst_index, weight, std::move(num_rows), mean);
+  auto outputs = GatherScatterFunction::apply(x, src_index, dst_index, weight, std::move(num_rows), mean, flag_slot);
   return {outputs[0], outputs[1], outputs[2]};
 }
 

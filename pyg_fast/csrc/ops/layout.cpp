@@ -8,8 +8,9 @@ TORCH_LIBRARY_FRAGMENT(pyg_fast, m) {
   // src[perm] [E] (empty without src), flags int64 [3]). Values outside [0, V) are grouped after
   // every segment (ptr[V] counts the valid rows) and raise flags[0]; src values outside
   // [0, src_bound) raise flags[1] (src_bound < 0: unchecked); with is_sorted the index is taken
-  // as it is, and a value below its predecessor raises flags[2].
-  m.def("coo_to_csr(Tensor index, int num_segments, bool is_sorted, Tensor? src, int src_bound) "
+  // as it is, and a value below its predecessor raises flags[2]. flag_slot >= 0 (CUDA): the flags
+  // are raised in that slot of the host ring (cuda/flag_ring.cuh) and come back empty.
+  m.def("coo_to_csr(Tensor index, int num_segments, bool is_sorted, Tensor? src, int src_bound, int flag_slot=-1) "
         "-> (Tensor, Tensor, Tensor, Tensor)");
   // The segment of each of the num_rows rows of the CSR pointer ptr (rows past ptr[-1] get the
   // last segment): [num_rows] int64.

@@ -12,7 +12,10 @@ TORCH_LIBRARY_FRAGMENT(pyg_fast, m) {
   // out[r, f] = max (is_max) or min of src[e, f] over the rows e with index[e] == r, 0 for a row
   // with none; src [E, F], out [num_rows, F]. A row whose index is out of range is skipped and
   // raises flags[0] (int64 [1]). With atomics on CUDA (the result does not depend on their order).
-  m.def("scatter_extremum(Tensor src, Tensor index, SymInt num_rows, bool is_max) -> (Tensor out, Tensor flags)");
+  // flag_slot >= 0 (CUDA): the flag is raised in that slot of the host ring (cuda/flag_ring.cuh)
+  // and comes back empty.
+  m.def("scatter_extremum(Tensor src, Tensor index, SymInt num_rows, bool is_max, int flag_slot=-1) "
+        "-> (Tensor out, Tensor flags)");
   // Its gradient w.r.t. src: grad_out[index[e], f] split evenly among the rows e that equal their
   // segment's extremum out[index[e], f], 0 for the other rows (and for rows out of range).
   m.def("scatter_extremum_backward(Tensor grad_out, Tensor src, Tensor index, Tensor out) -> Tensor");
@@ -25,10 +28,11 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 using Outputs = std::tuple<at::Tensor, at::Tensor>;
 
-Outputs scatter_extremum_op(const at::Tensor& src, const at::Tensor& index, c10::SymInt num_rows, bool is_max) {
+Outputs scatter_extremum_op(const at::Tensor& src, const at::Tensor& index, c10::SymInt num_rows, bool is_max,
+                            int64_t flag_slot) {
   static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pyg_fast::scatter_extremum", "").typed<
-      Outputs(const at::Tensor&, const at::Tensor&, c10::SymInt, bool)>();
-  return op.call(src, index, std::move(num_rows), is_max);
+      Outputs(const at::Tensor&, const at::Tensor&, c10::SymInt, bool, int64_t)>();
+  return op.call(src, index, std::move(num_rows), is_max, flag_slot);
 }
 
 at::Tensor scatter_extremum_backward_op(const at::Tensor& grad_out, const at::Tensor& src, const at::Tensor& index,
@@ -41,9 +45,9 @@ at::Tensor scatter_extremum_backward_op(const at::Tensor& grad_out, const at::Te
 class ScatterExtremumFunction : public torch::autograd::Function<ScatterExtremumFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& src, const at::Tensor& index,
-                               c10::SymInt num_rows, bool is_max) {
+                               c10::SymInt num_rows, bool is_max, int64_t flag_slot) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    auto [out, flags] = scatter_extremum_op(src, index, num_rows, is_max);
+    auto [out, flags] = scatter_extremum_op(src, index, num_rows, is_max, flag_slot);
     ctx->save_for_backward({src, index, out});
     ctx->mark_non_differentiable({flags});
     ctx->set_materialize_grads(false);  // as gather_scatter's: no zero gradient for the flags
@@ -51,21 +55,22 @@ class ScatterExtremumFunction : public torch::autograd::Function<ScatterExtremum
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    if (!grads[0].defined()) return variable_list(4);
+    if (!grads[0].defined()) return variable_list(5);
     auto saved = ctx->get_saved_variables();
     const at::Tensor &src = saved[0], &index = saved[1], &out = saved[2];
     const at::Tensor grad_src = scatter_extremum_backward_op(grads[0].contiguous(), src, index, out);
-    return {grad_src, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_src, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 // In C++ for the reason csrc/ops/gather_scatter.cpp gives.
-Outputs scatter_extremum_autograd(const at::Tensor& src, const at::Tensor& index, c10::SymInt num_rows, bool is_max) {
+Outputs scatter_extremum_autograd(const at::Tensor& src, const at::Tensor& index, c10::SymInt num_rows, bool is_max,
+                                  int64_t flag_slot) {
   if (!(at::GradMode::is_enabled() && src.requires_grad())) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    return scatter_extremum_op(src, index, std::move(num_rows), is_max);
+    return scatter_extremum_op(src, index, std::move(num_rows), is_max, flag_slot);
   }
-  auto outputs = ScatterExtremumFunction::apply(src, index, std::move(num_rows), is_max);
+  auto outputs = ScatterExtremumFunction::apply(src, index, std::move(num_rows), is_max, flag_slot);
   return {outputs[0], outputs[1]};
 }
 

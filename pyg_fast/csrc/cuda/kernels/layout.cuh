@@ -16,7 +16,8 @@
 
 namespace pyg_fast::cuda {
 
-// Positions of coo_to_csr's flags (int64 [kLayoutFlags], nonzero when raised).
+// Positions of coo_to_csr's flags (int64 [kLayoutFlags], nonzero when raised). Every writer stores
+// the same 1, plain stores: the flags may lie in host memory (flag_ring.cuh).
 constexpr int kFlagIndexRange = 0;    // an index value outside [0, V)
 constexpr int kFlagSrcRange = 1;      // a src value outside [0, src_bound)
 constexpr int kFlagNotSorted = 2;     // declared sorted, but a value is below its predecessor
@@ -64,11 +65,11 @@ PF_HOST_DEVICE int64_t looped_ptr(const int64_t* __restrict__ ptr, int64_t v, in
 // Keys for the radix sort (each value's segment, as 32 bits) and the row numbers it permutes;
 // raises kFlagIndexRange.
 __global__ void coo_keys_kernel(const int64_t* __restrict__ index, int64_t E, int64_t V, uint32_t* __restrict__ keys,
-                                int64_t* __restrict__ rows, unsigned long long* __restrict__ flags) {
+                                int64_t* __restrict__ rows, int64_t* __restrict__ flags) {
   const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (e >= E) return;
   const int64_t value = index[e];
-  if (!layout_valid(value, V)) atomicOr(flags + kFlagIndexRange, 1ull);
+  if (!layout_valid(value, V)) flags[kFlagIndexRange] = 1;
   keys[e] = static_cast<uint32_t>(layout_key(value, V));
   rows[e] = e;
 }
@@ -81,18 +82,18 @@ template <typename KeyAt>
 __global__ void coo_finish_kernel(KeyAt key, const int64_t* __restrict__ index, int64_t E, int64_t V,
                                   const int64_t* __restrict__ perm, const int64_t* __restrict__ src, int64_t src_bound,
                                   int64_t* __restrict__ ptr, int64_t* __restrict__ src_sorted,
-                                  unsigned long long* __restrict__ flags) {
+                                  int64_t* __restrict__ flags) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i <= V) ptr[i] = layout_lower_bound(key, E, i);
   if (i >= E) return;
   if (perm == nullptr) {
     const int64_t value = index[i];
-    if (!layout_valid(value, V)) atomicOr(flags + kFlagIndexRange, 1ull);
-    if (i > 0 && value < index[i - 1]) atomicOr(flags + kFlagNotSorted, 1ull);
+    if (!layout_valid(value, V)) flags[kFlagIndexRange] = 1;
+    if (i > 0 && value < index[i - 1]) flags[kFlagNotSorted] = 1;
   }
   if (src != nullptr) {
     const int64_t s = src[perm == nullptr ? i : perm[i]];
-    if (src_bound >= 0 && (s < 0 || s >= src_bound)) atomicOr(flags + kFlagSrcRange, 1ull);
+    if (src_bound >= 0 && (s < 0 || s >= src_bound)) flags[kFlagSrcRange] = 1;
     src_sorted[i] = s;
   }
 }

@@ -1,0 +1,39 @@
+// Flags that kernels write straight into pinned host memory mapped into every device's address
+// space: a ring of slots that pyg_fast.ops._deferred hands out, one a check, and reads where it
+// lies, with no copy and no event a call (a report's copy and event cost 45-70 us of host time a
+// fresh graph's call, H100 host).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+#include "../common/check.h"
+#include "coo_launch.cuh"
+
+namespace pyg_fast::cuda {
+
+constexpr int64_t kFlagRingSlots = 4096;
+constexpr int64_t kFlagSlotValues = 8;
+
+// The ring's device address (allocated and zeroed on first use).
+int64_t* flag_ring();
+
+struct FlagBuffer {
+  at::Tensor tensor;  // what the op returns as its flags
+  int64_t* data;      // where its kernels raise them
+};
+
+// Where a call's kernels raise its `count` flags: slot `slot` of the ring (zeroed by the host that
+// handed it out; the returned tensor is then empty), or for slot -1 a zeroed device tensor.
+inline FlagBuffer flag_buffer(int64_t count, int64_t slot, const at::TensorOptions& options) {
+  if (slot < 0) {
+    at::Tensor flags = zeros_async({count}, options);
+    return {flags, flags.mutable_data_ptr<int64_t>()};
+  }
+  PF_CHECK_VALUE(slot < kFlagRingSlots && count <= kFlagSlotValues, "pyg_fast: flag_slot ", slot,
+                 " is outside the ring of ", kFlagRingSlots, " slots of ", kFlagSlotValues, " flags");
+  return {at::empty({0}, options), flag_ring() + slot * kFlagSlotValues};
+}
+
+}  // namespace pyg_fast::cuda
