@@ -127,6 +127,8 @@ def _scan_flags(ring: _FlagRing) -> None:
 
 def _raise_flags(ring: _FlagRing, end: int) -> None:
     """Raises for the first raised flag of the pending checks before ``end`` (each once)."""
+    if not ring.pending:
+        return
     first = ring.pending[0][0]
     count = min(end, ring.issued) - first
     if count <= 0:

@@ -165,6 +165,11 @@ def test_the_flag_ring_on_stubbed_cuda_events(monkeypatch):
         _deferred.check_errors()
     _deferred.check_errors()
     assert not ring.pending
+    for n in range(2):  # a block closed after its checks were retired by check_errors
+        _deferred.flag_slot([(IndexError, "e")], gpu)
+        _deferred.check_errors()
+    _deferred.poll()
+    assert not ring.pending and not ring.closed
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")

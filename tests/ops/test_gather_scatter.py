@@ -222,9 +222,7 @@ def test_compiled_layers_report_an_edge_index_once_and_again_after_a_change(devi
     import torch_geometric.nn as pyg_nn
     import pyg_fast.ops._kernels as kernels
     monkeypatch.setattr(tuning, "COO_MAX_ELEMENTS", {"cpu": 2 ** 62, "cuda": 2 ** 62})
-    reports = []
-    original = kernels._report_flags
-    monkeypatch.setattr(kernels, "_report_flags", lambda *args: reports.append(args) or original(*args))
+    reports = _edge_index_reports(monkeypatch)
     report_ops = []  # the report op's body asks _first_report on every run
     first_report = kernels._first_report
     monkeypatch.setattr(kernels, "_first_report", lambda *args: report_ops.append(args) or first_report(*args))
@@ -259,22 +257,41 @@ def test_compiled_layers_report_an_edge_index_once_and_again_after_a_change(devi
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_layers_sharing_an_edge_index_report_it_once_and_again_after_a_change(device, monkeypatch):
-    """Each layer slices the ends of edge_index anew; the report follows the tensor they view, so
-    three layers on the COO route check it once, and again once it is changed in place."""
+    """Each layer slices the ends of edge_index anew; on the CPU the report follows the tensor they
+    view, so three layers on the COO route read its flags once, and again once it is changed in
+    place. On CUDA no flags are copied: each layer's kernel raises them in the flag ring."""
     import torch_geometric.nn as pyg_nn
-    import pyg_fast.ops._kernels as kernels
+    from pyg_fast.ops import _deferred
     monkeypatch.setattr(tuning, "COO_MAX_ELEMENTS", {"cpu": 2 ** 62, "cuda": 2 ** 62})
-    reports = []
-    original = kernels._report_flags
-    monkeypatch.setattr(kernels, "_report_flags", lambda *args: reports.append(args) or original(*args))
+    reports = _edge_index_reports(monkeypatch)
+    slots = []  # the ring slots handed to checks of edge_index
+    flag_slot = _deferred.flag_slot
+
+    def counted_slot(messages, device):
+        slot = flag_slot(messages, device)
+        if slot >= 0 and "edge_index" in messages[0][1]:
+            slots.append(slot)
+        return slot
+    monkeypatch.setattr(_deferred, "flag_slot", counted_slot)
     model = pyg_fast.nn.convert(torch.nn.Sequential(*[pyg_nn.SAGEConv(8, 8) for _ in range(3)])).to(device)
     x = torch.randn(20, 8, device=device)
     edge_index = torch.stack(edges(20, 100, 20, device))
     for layer in model:
         layer(x, edge_index)
-    assert len(reports) == 1
+    copied = device == "cpu"
+    assert len(reports) == (1 if copied else 0) and len(slots) == (0 if copied else 3)
     edge_index[0, 7] = 20
     with pytest.raises(IndexError, match=r"'edge_index\[0\]' holds values outside \[0, 20\)"):
         model[0](x, edge_index)
         pyg_fast.check_errors()
-    assert len(reports) == 2
+    assert len(reports) == (2 if copied else 0)
+
+
+def _edge_index_reports(monkeypatch):
+    """The messages of the reports of copied flags that name edge_index, as a list that fills."""
+    from pyg_fast.ops import _deferred
+    reports = []
+    report = _deferred.report
+    monkeypatch.setattr(_deferred, "report", lambda flags, messages: (
+        reports.append(messages) if "edge_index" in messages[0][1] else None) or report(flags, messages))
+    return reports
