@@ -2,9 +2,9 @@
 
 ``validate``
     How index values are checked on CUDA. ``"async"`` (the default): the checks run on the
-    device and their result is copied to the host behind the kernels, with no host
-    synchronisation; a failed check raises at the first pyg_fast call that finds the copy
-    landed (usually the next layer, the next step at the latest), or at
+    device and raise their flags in pinned host memory (or a copy brings them there) behind the
+    kernels, with no host synchronisation; a failed check raises at the first pyg_fast call that
+    finds its flag there (usually the next layer, the next step at the latest), or at
     :func:`pyg_fast.check_errors`. Until then the kernels skip out-of-range rows: they never
     read or write out of bounds, but that call's output is wrong. ``"sync"``: the checks wait
     for the device and raise at the call that received the bad index (one synchronisation per
