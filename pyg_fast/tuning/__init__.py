@@ -90,13 +90,16 @@ def feature_slices(x: Tensor, num_edges, heads: int = 1) -> int:
     symbolic sizes (``torch.compile(dynamic=True)``) and for a forced launch (the tuning sweep
     times whole rows)."""
     num_rows, num_features = x.shape
-    if heads != 1 or _override is not None or x.device.type not in ("cuda", "cpu") or not all(
-            type(v) is int for v in (num_rows, num_features, num_edges)):
+    device_type = "cuda" if x.is_cuda else "cpu" if x.is_cpu else None
+    if (heads != 1 or _override is not None or device_type is None or type(num_rows) is not int
+            or type(num_features) is not int or type(num_edges) is not int):
         return 1
-    line = 128 if x.is_cuda else 64
+    min_edges_per_row = SLICE_MIN_EDGES_PER_ROW[device_type]
+    if num_edges < min_edges_per_row * num_rows:  # the common case, decided before the cache sizes are read
+        return 1
     return slice_count(num_rows, num_features, num_edges, x.element_size(),
-                       _device_caches(x.device.type, x.device.index or 0), line,
-                       SLICE_MIN_EDGES_PER_ROW[x.device.type])
+                       _device_caches(device_type, x.get_device() if x.is_cuda else 0),
+                       128 if x.is_cuda else 64, min_edges_per_row)
 
 
 def slice_count(num_rows: int, num_features: int, num_edges: int, element_size: int, caches: Tuple[int, ...],
