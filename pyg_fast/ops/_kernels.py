@@ -327,7 +327,7 @@ def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, w
     out of range are skipped and reported under ``names`` ('src name|src size name|dst name|dst
     size name'; None: not reported, a call on indices another call reported). In eager mode on
     CUDA the kernel raises them in a slot of the flag ring (``_deferred.flag_slot``: no copy; a
-    copied report cost 45-70 us of host time a call on an H100 host); on the CPU and with
+    copied report cost 60-110 us of host time a call on an H100 host); on the CPU and with
     validate="sync" they are reported once per pair of index tensors and sizes, as the grouped
     route checks an index once. Where recorded, once per ``owner`` (the caller's tensor the indices
     view, its edge_index) when the graph runs, where given: there the indices are new views every

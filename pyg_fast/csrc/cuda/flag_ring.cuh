@@ -1,7 +1,7 @@
 // Flags that kernels write straight into pinned host memory mapped into every device's address
 // space: a ring of slots that pyg_fast.ops._deferred hands out, one a check, and reads where it
-// lies, with no copy and no event a call (a report's copy and event cost 45-70 us of host time a
-// fresh graph's call, H100 host).
+// lies, with no copy and no event a call (a report's copy and event cost 60-110 us of host time a
+// call on a new graph, H100 host).
 #pragma once
 
 #include <ATen/core/Tensor.h>
