@@ -94,12 +94,15 @@ def feature_slices(x: Tensor, num_edges, heads: int = 1) -> int:
     if (heads != 1 or _override is not None or device_type is None or type(num_rows) is not int
             or type(num_features) is not int or type(num_edges) is not int):
         return 1
-    min_edges_per_row = SLICE_MIN_EDGES_PER_ROW[device_type]
-    if num_edges < min_edges_per_row * num_rows:  # the common case, decided before the cache sizes are read
+    line = 128 if x.is_cuda else 64
+    width = max(line // x.element_size(), 1)
+    # the common case, decided before the cache sizes are read and before any comparison of sizes
+    # that a traced graph may only know from its data (the edge count)
+    if num_features % width or num_features < 4 * width:
         return 1
     return slice_count(num_rows, num_features, num_edges, x.element_size(),
-                       _device_caches(device_type, x.get_device() if x.is_cuda else 0),
-                       128 if x.is_cuda else 64, min_edges_per_row)
+                       _device_caches(device_type, x.get_device() if x.is_cuda else 0), line,
+                       SLICE_MIN_EDGES_PER_ROW[device_type])
 
 
 def slice_count(num_rows: int, num_features: int, num_edges: int, element_size: int, caches: Tuple[int, ...],
