@@ -95,6 +95,8 @@ def flag_slot(messages: Sequence[Message], device: torch.device) -> int:
     with _lock:
         ring = _flag_ring
         if ring is None:
+            if not hasattr(torch.ops.pyg_fast, "flag_ring"):  # a build without CUDA: its ops say so themselves
+                return -1
             ring = _flag_ring = _FlagRing(*torch.ops.pyg_fast.flag_ring())
         n = ring.issued
         if ring.pending and ring.pending[0][0] <= n - ring.slots:  # the slot's last kernels may not have run
