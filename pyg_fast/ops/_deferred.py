@@ -155,12 +155,14 @@ def _raise_flags(ring: _FlagRing, end: int) -> None:
             raise kind(f"{text} {LATE}")
 
 
-def checked(call: Callable[[int], object], messages: Sequence[Message], device: torch.device):
+def checked(call: Callable[[int], object], messages: Sequence[Message], device: torch.device,
+            first: Optional[Callable[[], bool]] = None):
     """``call(flag_slot)`` of an op that checks indices and returns its flags last (or only), with
-    ``messages`` raised for them: from the flag ring on CUDA, else through :func:`report`."""
+    ``messages`` raised for them: from the flag ring on CUDA, else through :func:`report`, there
+    only where ``first()`` says so if given (flags read once per index)."""
     slot = flag_slot(messages, device)
     out = call(slot)
-    if slot < 0:
+    if slot < 0 and (first is None or first()):
         report(out[-1] if isinstance(out, (tuple, list)) else out, messages)
     return out
 

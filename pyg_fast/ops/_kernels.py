@@ -332,28 +332,25 @@ def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, w
     route checks an index once. Where recorded, once per ``owner`` (the caller's tensor the indices
     view, its edge_index) when the graph runs, where given: there the indices are new views every
     call."""
-    messages = None if names is None or not _layout.eager(x2, dst_index) else _range_messages(
-        names, x2.size(0), num_rows)
-    slot = -1 if messages is None else _deferred.flag_slot(messages, dst_index.device)
-    out, _, flags = run(torch.ops.pyg_fast.gather_scatter, x2.contiguous(), src_index, dst_index,
-                        None if weight is None else weight.contiguous(), num_rows, reduce == "mean", slot)
+    def call(slot: int):
+        return run(torch.ops.pyg_fast.gather_scatter, x2.contiguous(), src_index, dst_index,
+                   None if weight is None else weight.contiguous(), num_rows, reduce == "mean", slot)
     if names is None:
-        return out
-    if messages is None:
-        # Recorded: the flags come from a check of the indices, not from this call's kernel, so that
-        # every layer's check and report of one edge_index are the same ops, which the compiler
-        # merges into one a step (a 3-layer SAGE ran three report ops a step, about 80 us of host
-        # time each on an H200 host). The report's zero is added to the output so that no pass
-        # drops it (an op whose output nothing reads is removed, side effects or not).
-        num_src = x2.size(0)
-        if src_index is None:  # no source to check: its flag stays 0
-            checked = torch.nn.functional.pad(_layout.range_flags([dst_index], [num_rows]), (1, 0))
-        else:
-            checked = _layout.range_flags([src_index, dst_index], [num_src, num_rows])
-        return out + _report_range(checked, names, num_src, num_rows, owner)
-    if slot < 0 and _first_report(src_index, dst_index, (num_rows, x2.size(0), names)):
-        _deferred.report(flags, messages)
-    return out
+        return call(-1)[0]
+    if _layout.eager(x2, dst_index):
+        return _deferred.checked(call, _range_messages(names, x2.size(0), num_rows), dst_index.device,
+                                 lambda: _first_report(src_index, dst_index, (num_rows, x2.size(0), names)))[0]
+    # Recorded: the flags come from a check of the indices, not from this call's kernel, so that
+    # every layer's check and report of one edge_index are the same ops, which the compiler merges
+    # into one a step (a 3-layer SAGE ran three report ops a step, about 80 us of host time each on
+    # an H200 host). The report's zero is added to the output so that no pass drops it (an op whose
+    # output nothing reads is removed, side effects or not).
+    out, num_src = call(-1)[0], x2.size(0)
+    if src_index is None:  # no source to check: its flag stays 0
+        checked = torch.nn.functional.pad(_layout.range_flags([dst_index], [num_rows]), (1, 0))
+    else:
+        checked = _layout.range_flags([src_index, dst_index], [num_src, num_rows])
+    return out + _report_range(checked, names, num_src, num_rows, owner)
 
 
 def _range_messages(names: str, num_src: int, num_dst: int) -> Tuple[_deferred.Message, _deferred.Message]:
@@ -490,9 +487,6 @@ def coo_reported(op, src2: Tensor, index: Tensor, size: int, name: str, size_nam
     (``pyg_fast::scatter_extremum``, ``pyg_fast::edge_softmax_coo``: rows or edges of ``src2`` in
     any order over the int64 ``index``, no grouping; see :func:`coo_route`): ``out``, with an
     index out of ``[0, size)`` reported (its rows were skipped) as :func:`gather_scatter` reports."""
-    messages = [_layout.range_message(name, size, size_name)]
-    slot = _deferred.flag_slot(messages, index.device)
-    out, flags = run(op, src2.contiguous(), index, size, *args, slot)
-    if slot < 0 and _first_report(None, index, (size, name, size_name)):
-        _deferred.report(flags, messages)
-    return out
+    return _deferred.checked(lambda slot: run(op, src2.contiguous(), index, size, *args, slot),
+                             [_layout.range_message(name, size, size_name)], index.device,
+                             lambda: _first_report(None, index, (size, name, size_name)))[0]
