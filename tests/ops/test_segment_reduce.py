@@ -238,6 +238,29 @@ def test_every_cuda_schedule(params, reduce, dtype, num_features):
 
 
 @pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
+@pytest.mark.parametrize("params", SCHEDULE_PARAMS, ids=lambda p: f"{p['schedule']}-{p['max_lanes']}-{p['chunk']}")
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_every_cuda_schedule_on_a_mini_batch(params, reduce):
+    """A sampled mini-batch's edges end at its first nodes: every segment after them is empty
+    (here 19 k of 20 k), and each schedule writes them as empty while it reduces the others."""
+    from pyg_fast import tuning
+    num_targets, dim_size = 1000, 20000
+    index = torch.randint(0, num_targets, (5000,)).sort().values.cuda()
+    src = torch.randn(5000, 4, device="cuda")
+    x = torch.randn(dim_size, 4, device="cuda")
+    src_index = torch.randint(0, dim_size, (5000,), device="cuda")
+    tuning.set_override(params)
+    try:
+        poison_allocator(dim_size * 4 * 2, "cuda")
+        out = pyg_fast.segment_reduce(src, index, dim_size=dim_size, reduce=reduce)
+        spmm = pyg_fast.index_segment_reduce(x, src_index, index, dim_size, reduce)
+    finally:
+        tuning.set_override(None)
+    assert_close(out, scatter_reference(src, index, dim_size, reduce), torch.float32)
+    assert_close(spmm, scatter_reference(x.double()[src_index], index, dim_size, reduce), torch.float32)
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="schedules are CUDA-only")
 @pytest.mark.parametrize("max_lanes", [32, 4])
 @pytest.mark.parametrize("reduce", REDUCES)
 @pytest.mark.parametrize("num_features", [1000, 1002])

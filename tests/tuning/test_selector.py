@@ -80,7 +80,7 @@ def test_gnnadvisor_group_size_follows_the_mean_degree(table):
 def test_features_are_the_table_coordinates():
     f = tuning.features(1024, 64, 32, 2, True, 64)
     assert f == pytest.approx([10.0, 4.0, 5.0, 2.0, 1.0, 2.0])  # skew = 64 / 16
-    assert tuning.features(1024, 64, 32, 2, False, None)[5] == pytest.approx(6.0)  # unknown: 64
+    assert tuning.features(1024, 64, 32, 2, False, None)[5] == pytest.approx(8.0)  # unknown: 256
 
 
 def test_override_wins_and_resolves(table):

@@ -54,7 +54,10 @@ std::tuple<at::Tensor, at::Tensor> scatter_extremum(const at::Tensor& src, const
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "scatter_extremum_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     const acc_t start = is_max ? -std::numeric_limits<acc_t>::infinity() : std::numeric_limits<acc_t>::infinity();
-    auto acc = at::full({V, F}, start, src.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
+    // float32 and float64 take the extrema straight into out (see scatter_extremum_finish_kernel)
+    at::Tensor acc = std::is_same_v<acc_t, scalar_t>
+                         ? out.fill_(start)
+                         : at::full({V, F}, start, src.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
     const int vec = vector_width(values, F);
     const int lanes_log2 = row_lanes_log2(F, vec);
     const int64_t blocks = ((E << lanes_log2) + kScatterExtremumThreads - 1) / kScatterExtremumThreads;

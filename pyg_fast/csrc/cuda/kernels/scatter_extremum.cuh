@@ -45,13 +45,17 @@ __global__ void __launch_bounds__(kScatterExtremumThreads) scatter_extremum_kern
 }
 
 // out[r, f] = acc[r, f] where segment r has a row, else 0. Threads x along a row's features,
-// threads y over rows (rows_grid in coo_launch.cuh).
+// threads y over rows (rows_grid in coo_launch.cuh). Where acc is out itself (float32 and float64
+// accumulate in place), only the empty segments are written: at 169 k rows x 64 features (H100)
+// the pass over every value took 55 us.
 template <typename scalar_t, typename acc_t>
-__global__ void scatter_extremum_finish_kernel(const acc_t* __restrict__ acc, const int64_t* __restrict__ seen,
-                                               int64_t num_rows, int64_t features, scalar_t* __restrict__ out) {
+__global__ void scatter_extremum_finish_kernel(const acc_t* acc, const int64_t* __restrict__ seen,
+                                               int64_t num_rows, int64_t features, scalar_t* out) {
+  const bool in_place = static_cast<const void*>(acc) == static_cast<const void*>(out);
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; r < num_rows;
        r += static_cast<int64_t>(gridDim.x) * blockDim.y) {
     const bool has_rows = seen[r] != 0;
+    if (has_rows && in_place) continue;
     const int64_t base = r * features;
     for (int64_t f = threadIdx.x; f < features; f += blockDim.x)
       out[base + f] = has_rows ? static_cast<scalar_t>(acc[base + f]) : scalar_t(0);
