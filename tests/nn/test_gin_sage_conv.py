@@ -220,6 +220,25 @@ def test_sage_narrowing_keeps_the_order_where_it_must(device, monkeypatch):
     assert widths[-1] == 8
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layer", ["sage", "gin"])
+def test_narrowing_follows_the_gradients(device, layer, monkeypatch):
+    """48 -> 32 channels: products where they move fewer values forward and backward. Without
+    gradients, or with one for x (both orders then differentiate the aggregation), 32 < 48; in a
+    first layer (only the weights need a gradient) the products' aggregation is differentiated
+    and the inputs' is not, 2 x 32 >= 48: PyG's order. Outputs and gradients as PyG's."""
+    widths = aggregated_widths(monkeypatch)
+    ref, fast = sage_pair(device, 48, 32, torch.float64) if layer == "sage" else gin_pair(device, 48, 32, torch.float64)
+    ei = random_graph(40, 300, device)
+    x = torch.randn(40, 48, device=device, dtype=torch.float64)
+    compare(ref, fast, (x, ei))  # weights only
+    x_grad = x.clone().requires_grad_()
+    compare(ref, fast, (x_grad, ei), (x_grad,))
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x, ei), ref(x, ei))
+    assert widths == [48, 32, 32]
+
+
 def test_sage_other_aggregations_use_pyg():
     ref, fast = sage_pair("cpu", aggr=["mean", "max"])
     x, ei = torch.randn(20, 16), random_graph(20, 80)
