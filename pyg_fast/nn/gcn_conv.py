@@ -5,7 +5,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.typing import Adj, OptTensor
 
 from pyg_fast.nn import _graph
-from pyg_fast.nn._fused import FusedLayer
+from pyg_fast.nn._fused import FusedLayer, edge_values, plain_linear
 from pyg_fast.ops import _layout
 from pyg_fast.ops._kernels import coo_route, gather_scatter, reduce_csr, weight_as
 
@@ -21,7 +21,10 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
     normalised graph (self loops, :math:`\hat{d}^{-1/2}` weights, edges grouped by
     target) is built on the graph's device without a host synchronisation, once per
     ``edge_index`` tensor in eager mode; propagation is one weighted SpMM (forward and
-    backward on pyg_fast kernels). Explain mode, ``decomposed_layers > 1``, message
+    backward on pyg_fast kernels), of :math:`\mathbf{X} \mathbf{\Theta}` as in PyG or of
+    :math:`\mathbf{X}` before :math:`\mathbf{\Theta}` where that moves fewer values over the
+    edges forward and backward (a first layer no wider than twice its input, say:
+    ``pyg_fast.nn._fused.edge_values``). Explain mode, ``decomposed_layers > 1``, message
     passing hooks, ``SparseTensor``, static (3-D) node features and sparse values that
     require a gradient run PyG's own path; torch.sparse inputs are normalised by PyG's
     ``gcn_norm``.
@@ -85,7 +88,8 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
         degrees (loops included) and h' = d^-1/2 h, out = d^-1/2 (sum over j -> i of h'_j + h'_i),
         PyG's normalisation factored so that no per-edge weight is built. PyG replaces existing
         loops by one per node: here they weigh 0 and the loop term adds h'_i once."""
-        h = self.lin(x)
+        inputs_first = self._inputs_first(x)
+        h = x if inputs_first else self.lin(x)
         src, dst, names = _graph.endpoints(edge_index, self.flow)
 
         def normalisation():
@@ -102,9 +106,25 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
         h = h * scale
         out = gather_scatter(h, src, dst, weight, num_nodes, "sum", None)  # reported above
         out = (out + h if self.add_self_loops else out) * scale
-        return out if self.bias is None else out + self.bias
+        return self._finish(out, inputs_first)
 
     def _propagate(self, x: Tensor, graph: _graph.Graph, weight: OptTensor) -> Tensor:
-        h = self.lin(x)
+        inputs_first = self._inputs_first(x)
+        h = x if inputs_first else self.lin(x)
         out = reduce_csr(h, graph.src, graph.ptr, None if weight is None else weight_as(weight, h.dtype), "sum")
+        return self._finish(out, inputs_first)
+
+    def _inputs_first(self, x: Tensor) -> bool:
+        """Whether to propagate ``x`` and apply ``lin`` after (the same linear map; PyG applies it
+        first): where that moves fewer values over the edges, forward and backward
+        (``edge_values``), and ``lin``'s forward is its weight alone (``plain_linear``)."""
+        if not plain_linear(self.lin):
+            return False
+        products, inputs = edge_values(self.lin.weight, x)
+        return inputs < products
+
+    def _finish(self, out: Tensor, inputs_first: bool) -> Tensor:
+        """The propagation's ``out`` through ``lin`` where it propagated the inputs, plus the bias."""
+        if inputs_first:
+            out = self.lin(out)
         return out if self.bias is None else out + self.bias

@@ -4,7 +4,7 @@ from torch import Tensor
 from torch_geometric.typing import Adj, Size
 
 from pyg_fast.nn import _graph
-from pyg_fast.nn._fused import FusedLayer, aggregates_products, plain_linear
+from pyg_fast.nn._fused import FusedLayer, edge_values, plain_linear
 
 
 class SAGEConv(FusedLayer, pyg_nn.SAGEConv):
@@ -22,7 +22,7 @@ class SAGEConv(FusedLayer, pyg_nn.SAGEConv):
     than it reads aggregates :math:`\mathbf{W}_2 \mathbf{x}_j` rather than
     :math:`\mathbf{x}_j` where that costs no more multiplications (no more source
     than target nodes) and moves fewer values over the edges, forward and backward
-    (``pyg_fast.nn._fused.aggregates_products``): the same linear map, each edge
+    (``pyg_fast.nn._fused.edge_values``): the same linear map, each edge
     moving ``out_channels`` values instead of ``in_channels``.
     """
     propagate_type = {"x": "OptPairTensor"}
@@ -53,11 +53,11 @@ class SAGEConv(FusedLayer, pyg_nn.SAGEConv):
 
     def _transform_first(self, x_src: Tensor, x_dst, edges, size: Size, root: bool) -> bool:
         """Whether to aggregate ``lin_l``'s products rather than its inputs: a linear aggregation
-        (sum, mean) that moves fewer values so (``aggregates_products``), with no more source rows
+        (sum, mean) that moves fewer values so (``edge_values``), with no more source rows
         to multiply than target rows, and linear layers whose forward is their weight alone
         (initialised, no hooks)."""
         lin_l = self.lin_l
         if self._reduce() not in ("sum", "mean") or not plain_linear(lin_l) or (root and not plain_linear(self.lin_r)):
             return False
-        return (aggregates_products(lin_l.weight, x_src)
-                and x_src.size(0) <= _graph.num_nodes(x_src, x_dst, edges.sizes, size)[1])
+        products, inputs = edge_values(lin_l.weight, x_src)
+        return products < inputs and x_src.size(0) <= _graph.num_nodes(x_src, x_dst, edges.sizes, size)[1]

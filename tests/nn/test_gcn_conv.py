@@ -41,6 +41,39 @@ def test_matches_pyg(device, options, weighted, flow, route):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_propagates_the_inputs_where_they_move_fewer_values(device, route, monkeypatch):
+    """48 -> 32: PyG's order (the products X W propagated) where x needs a gradient or nothing
+    does; X propagated before W in a first layer, where the products' propagation would be
+    differentiated for W's gradient and X's is not (2 x 32 > 48). 16 -> 32: X first. Outputs and
+    gradients as PyG's on both routes."""
+    import pyg_fast.nn.gcn_conv as gcn_module
+    widths = []
+
+    def recorded(op):
+        def call(x2, *args):
+            if x2.size(1) > 1:  # not the degree count of the COO route's normalisation
+                widths.append(x2.size(1))
+            return op(x2, *args)
+        return call
+    for name in ("reduce_csr", "gather_scatter"):
+        monkeypatch.setattr(gcn_module, name, recorded(getattr(gcn_module, name)))
+    ref = pyg_nn.GCNConv(48, 32).to(device, torch.float64)
+    fast = fast_nn.GCNConv(48, 32).to(device, torch.float64)
+    fast.load_state_dict(ref.state_dict())
+    ei = random_graph(40, 300, device)
+    x = torch.randn(40, 48, device=device, dtype=torch.float64)
+    compare(ref, fast, (x, ei))  # the weight's gradient only
+    x_grad = x.clone().requires_grad_()
+    compare(ref, fast, (x_grad, ei), (x_grad,))
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x, ei), ref(x, ei))
+    ref, fast = pair(device)
+    x16 = torch.randn(40, 16, device=device, requires_grad=True)
+    compare(ref, fast, (x16, ei), (x16,))
+    assert widths == [48, 32, 32, 16]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_edge_index_and_sparse_inputs(device):
     ref, fast = pair(device)
     ei = random_graph(30, 200, device)
