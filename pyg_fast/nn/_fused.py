@@ -40,7 +40,10 @@ def edge_values(weight: Tensor, x: Tensor) -> Tuple[int, int]:
     gradient, the inputs' only where ``x`` does (the weight's gradient reads the saved
     aggregate), so a first layer (``x`` without a gradient) gains by aggregating its inputs unless
     they are more than twice as wide: SAGE 128 -> 64 on arxiv_like mini-batches, CPU (2 threads),
-    forward and backward 11.3 ms aggregating products, 10.1 ms aggregating inputs."""
+    forward and backward 11.3 ms aggregating products, 10.1 ms aggregating inputs; GCN 64 -> 64,
+    cora, training step 5.64 ms propagating products, 5.00 ms propagating inputs. Callers keep
+    PyG's order on a tie (GCN 128 -> 64 on those mini-batches: 14.3 ms a step in PyG's order,
+    15.1 ms the other way)."""
     out_channels, in_channels = weight.shape
     grad = torch.is_grad_enabled()
     products = out_channels * (2 if grad and (weight.requires_grad or x.requires_grad) else 1)
