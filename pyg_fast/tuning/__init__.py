@@ -95,10 +95,9 @@ def feature_slices(x: Tensor, num_edges, heads: int = 1) -> int:
             or type(num_features) is not int or type(num_edges) is not int):
         return 1
     line = 128 if x.is_cuda else 64
-    width = max(line // x.element_size(), 1)
     # the common case, decided before the cache sizes are read and before any comparison of sizes
     # that a traced graph may only know from its data (the edge count)
-    if num_features % width or num_features < 4 * width:
+    if not _sliceable_rows(num_features, x.element_size(), line):
         return 1
     return slice_count(num_rows, num_features, num_edges, x.element_size(),
                        _device_caches(device_type, x.get_device() if x.is_cuda else 0), line,
@@ -109,12 +108,17 @@ def slice_count(num_rows: int, num_features: int, num_edges: int, element_size: 
                 line_bytes: int = 128, min_edges_per_row: int = SLICE_MIN_EDGES_PER_ROW["cuda"]) -> int:
     """The rule above, for cache levels ``caches`` (bytes, innermost first): four or more slices of
     ``line_bytes`` a row, else 1."""
-    width = max(line_bytes // element_size, 1)
-    if (num_features % width or num_features < 4 * width or num_edges < min_edges_per_row * num_rows
+    if (not _sliceable_rows(num_features, element_size, line_bytes) or num_edges < min_edges_per_row * num_rows
             or num_rows * num_features * element_size < max(2 * caches[0], caches[-1] // 2)
             or 2 * num_rows * line_bytes > 3 * caches[-1]):
         return 1
-    return num_features // width
+    return num_features // max(line_bytes // element_size, 1)
+
+
+def _sliceable_rows(num_features: int, element_size: int, line_bytes: int) -> bool:
+    """Whether rows of ``num_features`` values cut into four or more whole lines of ``line_bytes``."""
+    width = max(line_bytes // element_size, 1)
+    return num_features % width == 0 and num_features >= 4 * width
 
 
 @torch.compiler.assume_constant_result  # read once by torch.compile, not traced
