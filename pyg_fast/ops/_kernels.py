@@ -393,13 +393,13 @@ def _(x, src_index, dst_index, weight, num_rows, mean, flag_slot=-1):
 
 # sddmm ------------------------------------------------------------------------------------------
 @torch.library.register_fake("pyg_fast::sddmm")
-def _(a, b, a_index, b_index, op):
+def _(a, b, a_index, b_index, op, flag_slot=-1):
     E = a_index.size(0)
     return a.new_empty(E, a.size(1)) if op == "dot" else a.new_empty(E, a.size(1), a.size(2))
 
 
 def _sddmm_setup(ctx, inputs, output):
-    a, b, a_index, b_index, op = inputs
+    a, b, a_index, b_index, op = inputs[:5]
     reads_operands = op not in ("add", "sub")  # add/sub gradients are the incoming gradient, summed
     ctx.save_for_backward(a if reads_operands else None, b if reads_operands else None, a_index, b_index)
     ctx.op = op
@@ -428,7 +428,7 @@ def _sddmm_backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], ...]:
             grad_a = _gather_by(b, b_index, grad, a_index, num_a)
         if need_b:
             grad_b = _gather_by(a, a_index, grad, b_index, num_b)
-        return grad_a, grad_b, None, None, None
+        return grad_a, grad_b, None, None, None, None
     if ctx.op == "add":
         ga, gb = grad, grad
     elif ctx.op == "sub":
@@ -440,7 +440,7 @@ def _sddmm_backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], ...]:
         grad_a = scatter_sum(ga, a_index, num_a)
     if need_b:
         grad_b = scatter_sum(gb, b_index, num_b)
-    return grad_a, grad_b, None, None, None
+    return grad_a, grad_b, None, None, None, None
 
 
 register_autograd("pyg_fast::sddmm", _sddmm_backward, _sddmm_setup)

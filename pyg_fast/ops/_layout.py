@@ -350,6 +350,26 @@ def checked_indices(*checks: Tuple[Tensor, Tensor, int, str, str]) -> List[Tenso
     return indices
 
 
+def kernel_checked_indices(*checks: Tuple[Tensor, Tensor, int, str, str]) -> Tuple[List[Tensor], int]:
+    """:func:`checked_indices` for an op whose CUDA kernel raises a flag for each out-of-range
+    index, in order, where given a ring slot: (the indices as int64, that ``flag_slot``). In eager
+    mode on CUDA, where some index is not checked yet, the check is left to the kernel (a fresh
+    SDDMM's separate check was one of its two launches and about 25-30 us of host time, H100 host);
+    elsewhere the indices are checked here and the slot is -1."""
+    indices = [as_long(check[0]) for check in checks]
+    if indices[0].is_cuda and eager(*indices):
+        marks = [cached(index, ("checked", bound.size(dim), name), lambda: [False])
+                 for index, (_, bound, dim, name, _) in zip(indices, checks)]
+        if not all(mark[0] for mark in marks):
+            slot = _deferred.flag_slot([range_message(name, bound.size(dim), size_name)
+                                        for _, bound, dim, name, size_name in checks], indices[0].device)
+            if slot >= 0:
+                for mark in marks:
+                    mark[0] = True
+                return indices, slot
+    return checked_indices(*[(index,) + tuple(check[1:]) for index, check in zip(indices, checks)]), -1
+
+
 def coo_layout(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None, name: str = "index",
                size_name: str = "dim_size") -> SegmentLayout:
     """The CSR layout of a COO index (cached). ``is_sorted=True`` promises a sorted index (checked);

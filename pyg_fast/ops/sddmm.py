@@ -34,10 +34,13 @@ def sddmm(a: Tensor, b: Tensor, a_index: Tensor, b_index: Tensor, op: str = "dot
     check_index_tensor(a_index, "a_index", None, a.device)
     check_index_tensor(b_index, "b_index", a_index.numel(), a.device,
                        mismatch="'b_index' has {got} entries but 'a_index' has {expected}")
-    a_index, b_index = _layout.checked_indices((a_index, a, 0, "a_index", "a.size(0)"),
-                                               (b_index, b, 0, "b_index", "b.size(0)"))
+    checks = (a_index, a, 0, "a_index", "a.size(0)"), (b_index, b, 0, "b_index", "b.size(0)")
     heads = a.dim() == 3
     a3 = a if heads else a.unsqueeze(1)
     b3 = b if heads else b.unsqueeze(1)
-    out = run(torch.ops.pyg_fast.sddmm, a3.contiguous(), b3.contiguous(), a_index, b_index, op)
+    if a_index.numel() > 0 and a3.size(1) > 0 and a3.size(2) > 0:  # the kernel runs: it may check
+        (a_index, b_index), slot = _layout.kernel_checked_indices(*checks)
+    else:
+        (a_index, b_index), slot = _layout.checked_indices(*checks), -1
+    out = run(torch.ops.pyg_fast.sddmm, a3.contiguous(), b3.contiguous(), a_index, b_index, op, slot)
     return out if heads else out.squeeze(1)

@@ -123,8 +123,8 @@ def test_bad_input():
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", ["dot", "add", "mul"])
 def test_raw_op_gives_zeros_for_indices_out_of_range(device, op):
-    """The raw op checks nothing (its callers check and report the indices): an edge with an end
-    out of range gets zeros on every device, the other edges their float64 values."""
+    """Without a flag slot the raw op checks nothing (its callers check and report the indices): an
+    edge with an end out of range gets zeros on every device, the other edges their float64 values."""
     a, b = random_operands(5, 4, (2, 8), torch.float32, device, op)
     ai = torch.tensor([0, 5, 4, -1, 2], device=device)
     bi = torch.tensor([3, 0, 4, 1, 1], device=device)
@@ -169,3 +169,30 @@ def test_deterministic_mode_groups_narrow_rows(monkeypatch):
                  dtype=torch.float64)), torch.float32)
     assert_close(b.grad, torch.zeros(15, 3, dtype=torch.float64).index_add_(0, b_index, torch.ones(100, 3,
                  dtype=torch.float64)), torch.float32)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("op", ["dot", "add"])
+def test_the_kernel_checks_a_new_index_itself(op):
+    """On CUDA the range check of a new index rides on the sddmm kernel (its flags in a slot of the
+    host ring): one launch a call, right values, and a bad index still reported by its name."""
+    from torch.profiler import ProfilerActivity, profile
+
+    import pyg_fast
+    torch.manual_seed(0)
+    a, b = torch.randn(30, 8, device="cuda"), torch.randn(20, 8, device="cuda")
+    ai, bi = torch.randint(0, 30, (100,), device="cuda"), torch.randint(0, 20, (100,), device="cuda")
+    sddmm(a, b, ai.clone(), bi.clone(), op)  # the ring's and the kernel's first use
+    fresh_a, fresh_b = ai.clone(), bi.clone()
+    pyg_fast.check_errors()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        out = sddmm(a, b, fresh_a, fresh_b, op)
+        torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type.name == "CUDA"]
+    assert len(kernels) == 1 and "sddmm" in kernels[0], kernels
+    torch.testing.assert_close(out.double(), OPS[op](a.double()[ai], b.double()[bi]))
+    bad = ai.clone()
+    bad[7] = 30
+    with pytest.raises(IndexError, match="'a_index' holds values outside \\[0, 30\\)"):
+        sddmm(a, b, bad, bi.clone(), op)
+        pyg_fast.check_errors()

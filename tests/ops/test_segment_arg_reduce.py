@@ -105,6 +105,26 @@ def test_a_long_segment_ties_and_nan(device, dtype, reduce, num_features, given)
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("reduce", ["max", "min"])
+def test_segments_either_side_of_the_walked_length_over_a_batch(device, dtype, reduce):
+    """Segments just short enough to be walked by one thread (128 rows on CUDA) and just too long,
+    much longer ones and empty ones, over three leading slices: each slice's values and rows match
+    its own reference."""
+    gen = torch.Generator().manual_seed(3)
+    lengths = torch.tensor([128, 129, 0, 700, 5, 127, 0, 300, 1])
+    ptr = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]).to(device)
+    E, V = int(lengths.sum()), lengths.numel()
+    src = torch.randn(3, E, 8, generator=gen).mul(3).round().to(device=device, dtype=dtype)  # ties
+    out, arg = segment_arg_reduce(src, ptr=ptr, reduce=reduce, dim=1)
+    index = torch.repeat_interleave(torch.arange(V), lengths).to(device)
+    for b in range(3):
+        want, want_arg = reference(src[b], index, V, reduce)
+        torch.testing.assert_close(out[b].double(), want)
+        assert torch.equal(arg[b], want_arg)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_nan_propagates_and_its_row_is_the_arg(device):
     src = torch.tensor([[1.0], [float("nan")], [3.0], [2.0]], device=device)
     index = torch.tensor([0, 0, 0, 1], device=device)

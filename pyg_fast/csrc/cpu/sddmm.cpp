@@ -22,7 +22,7 @@ inline acc_t apply(acc_t a, acc_t b) {
 }
 
 at::Tensor sddmm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_index,
-                 const at::Tensor& b_index, c10::string_view op_name) {
+                 const at::Tensor& b_index, c10::string_view op_name, int64_t /*flag_slot*/) {
   check_sddmm_args(a, b, a_index, b_index);
   const EdgeOp op = parse_edge_op(std::string(op_name));
   const int64_t E = a_index.numel(), H = a.size(1), D = a.size(2), Na = a.size(0), Nb = b.size(0);

@@ -24,16 +24,23 @@ struct FlagBuffer {
   int64_t* data;      // where its kernels raise them
 };
 
-// Where a call's kernels raise its `count` flags: slot `slot` of the ring (zeroed by the host that
-// handed it out; the returned tensor is then empty), or for slot -1 a zeroed device tensor.
+// Slot `slot` of the ring, where a call's kernels raise its `count` flags (zeroed by the host that
+// handed it out); null for slot -1, where they raise none.
+inline int64_t* flag_slot_data(int64_t count, int64_t slot) {
+  if (slot < 0) return nullptr;
+  PF_CHECK_VALUE(slot < kFlagRingSlots && count <= kFlagSlotValues, "pyg_fast: flag_slot ", slot,
+                 " is outside the ring of ", kFlagRingSlots, " slots of ", kFlagSlotValues, " flags");
+  return flag_ring() + slot * kFlagSlotValues;
+}
+
+// Where a call's kernels raise its `count` flags: slot `slot` of the ring (the returned tensor is
+// then empty), or for slot -1 a zeroed device tensor.
 inline FlagBuffer flag_buffer(int64_t count, int64_t slot, const at::TensorOptions& options) {
   if (slot < 0) {
     at::Tensor flags = zeros_async({count}, options);
     return {flags, flags.mutable_data_ptr<int64_t>()};
   }
-  PF_CHECK_VALUE(slot < kFlagRingSlots && count <= kFlagSlotValues, "pyg_fast: flag_slot ", slot,
-                 " is outside the ring of ", kFlagRingSlots, " slots of ", kFlagSlotValues, " flags");
-  return {at::empty({0}, options), flag_ring() + slot * kFlagSlotValues};
+  return {at::empty({0}, options), flag_slot_data(count, slot)};
 }
 
 }  // namespace pyg_fast::cuda

@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "../ops/sddmm.h"
+#include "flag_ring.cuh"
 #include "kernels/sddmm.cuh"
 
 namespace pyg_fast::cuda {
@@ -59,7 +60,7 @@ int64_t blocks_per_sm(Kernel kernel) {
 
 template <typename scalar_t, typename index_t, int LANES, int VEC>
 void launch_dot_with(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_index, const at::Tensor& b_index,
-                     at::Tensor& out, cudaStream_t stream) {
+                     at::Tensor& out, int64_t* flags, cudaStream_t stream) {
   using acc_t = at::opmath_type<scalar_t>;
   const auto kernel = sddmm_dot_kernel<scalar_t, acc_t, index_t, LANES, VEC, kSddmmUnroll>;
   constexpr int64_t kGroupsPerBlock = kSddmmThreadsPerBlock / LANES;
@@ -75,7 +76,7 @@ void launch_dot_with(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
       a.const_data_ptr<scalar_t>(), b.const_data_ptr<scalar_t>(), a_index.const_data_ptr<int64_t>(),
       b_index.const_data_ptr<int64_t>(), out.mutable_data_ptr<scalar_t>(), static_cast<index_t>(E),
       static_cast<index_t>(H), static_cast<index_t>(a.size(2)), static_cast<index_t>(a.size(0)),
-      static_cast<index_t>(b.size(0)), static_cast<index_t>(chunk));
+      static_cast<index_t>(b.size(0)), static_cast<index_t>(chunk), flags);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -88,15 +89,15 @@ bool fits_int32(int64_t E, int64_t H, const at::Tensor& a, const at::Tensor& b) 
 
 template <typename scalar_t, int VEC>
 void launch_dot(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_index, const at::Tensor& b_index,
-                at::Tensor& out, cudaStream_t stream) {
+                at::Tensor& out, int64_t* flags, cudaStream_t stream) {
   const int64_t E = a_index.numel(), H = a.size(1), D = a.size(2);
   int lanes = 1;  // adaptive: enough lanes to cover D in one pass of VEC-wide loads, at most a warp
   while (lanes < 32 && static_cast<int64_t>(lanes) * VEC < D) lanes *= 2;
   const bool narrow = fits_int32(E, H, a, b);
   auto launch = [&](auto lanes_tag) {
     constexpr int LANES = decltype(lanes_tag)::value;
-    narrow ? launch_dot_with<scalar_t, int32_t, LANES, VEC>(a, b, a_index, b_index, out, stream)
-           : launch_dot_with<scalar_t, int64_t, LANES, VEC>(a, b, a_index, b_index, out, stream);
+    narrow ? launch_dot_with<scalar_t, int32_t, LANES, VEC>(a, b, a_index, b_index, out, flags, stream)
+           : launch_dot_with<scalar_t, int64_t, LANES, VEC>(a, b, a_index, b_index, out, flags, stream);
   };
   switch (lanes) {
     case 1: launch(std::integral_constant<int, 1>{}); break;
@@ -110,7 +111,7 @@ void launch_dot(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_in
 
 template <typename scalar_t, int VEC>
 void launch_elementwise(EdgeOp op, const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_index,
-                        const at::Tensor& b_index, at::Tensor& out, cudaStream_t stream) {
+                        const at::Tensor& b_index, at::Tensor& out, int64_t* flags, cudaStream_t stream) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t E = a_index.numel(), F = a.size(1) * a.size(2);
   const int64_t grid = grid_size(E * (F / VEC), kSddmmThreadsPerBlock);
@@ -118,7 +119,7 @@ void launch_elementwise(EdgeOp op, const at::Tensor& a, const at::Tensor& b, con
     constexpr SddmmOp OP = decltype(op_tag)::value;
     sddmm_elementwise_kernel<scalar_t, acc_t, OP, VEC><<<grid, kSddmmThreadsPerBlock, 0, stream>>>(
         a.const_data_ptr<scalar_t>(), b.const_data_ptr<scalar_t>(), a_index.const_data_ptr<int64_t>(),
-        b_index.const_data_ptr<int64_t>(), out.mutable_data_ptr<scalar_t>(), E, F, a.size(0), b.size(0));
+        b_index.const_data_ptr<int64_t>(), out.mutable_data_ptr<scalar_t>(), E, F, a.size(0), b.size(0), flags);
   };
   switch (op) {
     case EdgeOp::Add: launch(std::integral_constant<SddmmOp, SddmmOp::Add>{}); break;
@@ -130,24 +131,28 @@ void launch_elementwise(EdgeOp op, const at::Tensor& a, const at::Tensor& b, con
 }
 
 at::Tensor sddmm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_index, const at::Tensor& b_index,
-                 c10::string_view op_name) {
+                 c10::string_view op_name, int64_t flag_slot) {
   check_sddmm_args(a, b, a_index, b_index);
   const EdgeOp op = parse_edge_op(std::string(op_name));
   const c10::cuda::CUDAGuard guard(a.device());
   const int64_t E = a_index.numel(), H = a.size(1), D = a.size(2);
   auto out = op == EdgeOp::Dot ? at::empty({E, H}, a.options()) : at::empty({E, H, D}, a.options());
+  // A slot is handed out only where the kernels run (the caller checks the indices otherwise).
+  PF_CHECK_VALUE(flag_slot < 0 || (E > 0 && H > 0 && D > 0), "pyg_fast: sddmm got flag_slot ", flag_slot,
+                 " for a call that launches no kernel (E = ", E, ", H = ", H, ", D = ", D, ")");
   if (E == 0 || H == 0) return out;
   if (D == 0) return out.zero_();
+  int64_t* flags = flag_slot_data(2, flag_slot);
   auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "sddmm_cuda", [&] {
     constexpr int kMaxVec = 16 / sizeof(scalar_t);
     const bool wide = vector_width<scalar_t>(op == EdgeOp::Dot ? D : H * D, a, b, out) == kMaxVec;
     if (op == EdgeOp::Dot) {
-      wide ? launch_dot<scalar_t, kMaxVec>(a, b, a_index, b_index, out, stream)
-           : launch_dot<scalar_t, 1>(a, b, a_index, b_index, out, stream);
+      wide ? launch_dot<scalar_t, kMaxVec>(a, b, a_index, b_index, out, flags, stream)
+           : launch_dot<scalar_t, 1>(a, b, a_index, b_index, out, flags, stream);
     } else {
-      wide ? launch_elementwise<scalar_t, kMaxVec>(op, a, b, a_index, b_index, out, stream)
-           : launch_elementwise<scalar_t, 1>(op, a, b, a_index, b_index, out, stream);
+      wide ? launch_elementwise<scalar_t, kMaxVec>(op, a, b, a_index, b_index, out, flags, stream)
+           : launch_elementwise<scalar_t, 1>(op, a, b, a_index, b_index, out, flags, stream);
     }
   });
   return out;

@@ -81,11 +81,12 @@ class GatherScatterFunction : public torch::autograd::Function<GatherScatterFunc
     }
     if (ctx->saved_data["weight_grad"].toBool()) {
       static auto sddmm = c10::Dispatcher::singleton().findSchemaOrThrow("pyg_fast::sddmm", "").typed<
-          at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::string_view)>();
+          at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::string_view,
+                     int64_t)>();
       const auto heads = weight.sym_size(1);
       const auto width = grad_out.sym_size(1) / heads;
       grad_w = sddmm.call(grad_out.view_symint({-1, heads, width}), x.view_symint({-1, heads, width}), dst_index, src,
-                          "dot");
+                          "dot", -1);
     }
     return {grad_x, at::Tensor(), at::Tensor(), grad_w, at::Tensor(), at::Tensor(), at::Tensor()};
   }

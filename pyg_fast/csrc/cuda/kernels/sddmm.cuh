@@ -7,7 +7,8 @@
 //    (the smallest power of two with LANES * VEC >= D, at most 32: G-Sparse's adaptive warp
 //    shuffle), so small D packs several groups into one warp instead of idling lanes.
 //  * add/sub/mul/div: one thread per VEC consecutive outputs of [E, H * D].
-// Out-of-range indices produce zeros (the Python layer reports them before launching).
+// Out-of-range indices produce zeros and, where `flags` is given, raise flags[0] (a_index) or
+// flags[1] (b_index).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,17 @@ __device__ __forceinline__ acc_t sddmm_apply(acc_t x, acc_t y) {
 
 __device__ __forceinline__ bool in_range(int64_t i, int64_t n) {
   return static_cast<uint64_t>(i) < static_cast<uint64_t>(n);
+}
+
+// Whether edge (i, j) is in range; raises the flag of each end that is not, where flags are given.
+__device__ __forceinline__ bool edge_in_range(int64_t i, int64_t j, int64_t num_a, int64_t num_b,
+                                              int64_t* flags) {
+  const bool a_ok = in_range(i, num_a), b_ok = in_range(j, num_b);
+  if (flags != nullptr) {
+    if (!a_ok) flags[0] = 1;
+    if (!b_ok) flags[1] = 1;
+  }
+  return a_ok && b_ok;
 }
 
 // Sums each of the UNROLL values v over the LANES lanes of a group, one xor-shuffle tree per value;
@@ -61,7 +73,7 @@ __global__ void __launch_bounds__(kSddmmThreadsPerBlock)
     sddmm_dot_kernel(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b,
                      const int64_t* __restrict__ a_index, const int64_t* __restrict__ b_index,
                      scalar_t* __restrict__ out, index_t num_edges, index_t heads, index_t dim, index_t num_a,
-                     index_t num_b, index_t chunk) {
+                     index_t num_b, index_t chunk, int64_t* __restrict__ flags) {
   static_assert(LANES >= 1 && LANES <= 32 && (LANES & (LANES - 1)) == 0, "LANES: power of two <= 32");
   using Vector = SddmmVec<scalar_t, VEC>;
   const int lane = threadIdx.x % LANES;
@@ -90,9 +102,9 @@ __global__ void __launch_bounds__(kSddmmThreadsPerBlock)
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) {
         const index_t e = e_lo + k + u;
-        const int64_t i = e < e_hi ? a_index[e] : -1;
-        const int64_t jj = e < e_hi ? b_index[e] : -1;
-        const bool ok = in_range(i, num_a) && in_range(jj, num_b);
+        const int64_t i = e < e_hi ? a_index[e] : 0;
+        const int64_t jj = e < e_hi ? b_index[e] : 0;
+        const bool ok = e < e_hi && edge_in_range(i, jj, num_a, num_b, flags);
         j[u] = ok ? static_cast<index_t>(jj) : index_t(-1);
         row_a[u] = ok ? a + (static_cast<index_t>(i) * heads + h) * dim : nullptr;
       }
@@ -131,7 +143,8 @@ template <typename scalar_t, typename acc_t, SddmmOp OP, int VEC>
 __global__ void sddmm_elementwise_kernel(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b,
                                          const int64_t* __restrict__ a_index,
                                          const int64_t* __restrict__ b_index, scalar_t* __restrict__ out,
-                                         int64_t num_edges, int64_t features, int64_t num_a, int64_t num_b) {
+                                         int64_t num_edges, int64_t features, int64_t num_a, int64_t num_b,
+                                         int64_t* __restrict__ flags) {
   const int64_t vecs_per_row = features / VEC;
   const int64_t total = num_edges * vecs_per_row;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -139,7 +152,7 @@ __global__ void sddmm_elementwise_kernel(const scalar_t* __restrict__ a, const s
     const int64_t e = t / vecs_per_row, f = (t % vecs_per_row) * VEC;
     const int64_t i = a_index[e], j = b_index[e];
     SddmmVec<scalar_t, VEC> r;
-    if (in_range(i, num_a) && in_range(j, num_b)) {
+    if (edge_in_range(i, j, num_a, num_b, flags)) {
       const auto va = *reinterpret_cast<const SddmmVec<scalar_t, VEC>*>(a + i * features + f);
       const auto vb = *reinterpret_cast<const SddmmVec<scalar_t, VEC>*>(b + j * features + f);
 #pragma unroll
