@@ -107,10 +107,10 @@ def test_a_long_segment_ties_and_nan(device, dtype, reduce, num_features, given)
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("reduce", ["max", "min"])
-def test_segments_either_side_of_the_walked_length_over_a_batch(device, dtype, reduce):
-    """Segments just short enough to be walked by one thread (128 rows on CUDA) and just too long,
-    much longer ones and empty ones, over three leading slices: each slice's values and rows match
-    its own reference."""
+def test_long_short_and_empty_segments_over_a_batch(device, dtype, reduce):
+    """Segments of 1 to 700 rows (longer than several threads' runs on CUDA: their keys meet in one
+    output) and empty ones, over three leading slices, values rounded to force ties: each slice's
+    values and rows match its own reference."""
     gen = torch.Generator().manual_seed(3)
     lengths = torch.tensor([128, 129, 0, 700, 5, 127, 0, 300, 1])
     ptr = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]).to(device)

@@ -2,14 +2,13 @@
 #include <ATen/OpMathType.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <tuple>
-#include <type_traits>
 #include <utility>
 
 #include "../ops/segment_arg_reduce.h"
@@ -30,27 +29,6 @@ void launch_rows(dim3 grid, dim3 block, cudaStream_t stream, const scalar_t* src
   } else {
     segment_arg_rows_kernel<R, P, false, kVec, scalar_t>
         <<<grid, block, 0, stream>>>(src, ptr, perm, B, E, V, F, rows_per_thread, keys, arg, out);
-  }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-// One pass of the segment walk over [B, V, F], kVec features a thread.
-template <ArgReduce R, ArgWalkPass P, int kVec, typename scalar_t>
-void launch_walk(cudaStream_t stream, const scalar_t* src, const int64_t* ptr, const int64_t* perm, int64_t B,
-                 int64_t E, int64_t V, int64_t F, bool packed, unsigned long long* keys, int64_t* arg,
-                 scalar_t* out) {
-  const int64_t groups = F / kVec;
-  const int lanes = arg_feature_lanes(groups);
-  const dim3 block(lanes, kArgRowsThreads / lanes);
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>((V + block.y - 1) / block.y, 1 << 20)),
-                  static_cast<unsigned>((groups + lanes - 1) / lanes),
-                  static_cast<unsigned>(std::min<int64_t>(B, 65535)));
-  if (perm) {
-    segment_arg_walk_kernel<R, P, true, kVec, scalar_t>
-        <<<grid, block, 0, stream>>>(src, ptr, perm, B, E, V, F, packed, keys, arg, out);
-  } else {
-    segment_arg_walk_kernel<R, P, false, kVec, scalar_t>
-        <<<grid, block, 0, stream>>>(src, ptr, perm, B, E, V, F, packed, keys, arg, out);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -90,8 +68,9 @@ std::tuple<at::Tensor, at::Tensor> segment_arg_reduce(const at::Tensor& src, con
   auto stream = at::cuda::getCurrentCUDAStream();
   const int64_t* order = perm.has_value() ? perm->const_data_ptr<int64_t>() : nullptr;
   if (op != ArgReduce::Mul) {
-    int64_t* arg_ptr = arg.mutable_data_ptr<int64_t>();
-    auto* arg_keys = reinterpret_cast<unsigned long long*>(arg_ptr);
+    const at::Tensor keys = at::zeros({B, V, F}, ptr.options());
+    auto* key_ptr = reinterpret_cast<unsigned long long*>(keys.mutable_data_ptr<int64_t>());
+    auto* arg_ptr = reinterpret_cast<unsigned long long*>(arg.mutable_data_ptr<int64_t>());
     // four features a load where the rows keep 16-byte (or 8-byte) alignment
     const bool vectorized = src.element_size() <= 4 && F % 4 == 0 &&
                             reinterpret_cast<uintptr_t>(src.const_data_ptr()) % (4 * src.element_size()) == 0;
@@ -101,32 +80,34 @@ std::tuple<at::Tensor, at::Tensor> segment_arg_reduce(const at::Tensor& src, con
           const scalar_t* s = src.const_data_ptr<scalar_t>();
           const int64_t* p = ptr.const_data_ptr<int64_t>();
           scalar_t* o = out.mutable_data_ptr<scalar_t>();
-          // the row fits the key's low half beside 0xFFFFFFFF - row > 0: the keys live in arg
-          const bool packs = kArgPacks<scalar_t> && E < 0xFFFFFFFFll;
-          const at::Tensor wide_keys = packs ? at::Tensor() : at::empty({B, V, F}, ptr.options());
-          auto* keys = packs ? arg_keys
-                             : reinterpret_cast<unsigned long long*>(wide_keys.mutable_data_ptr<int64_t>());
-          auto passes = [&](auto vec_tag) {
-            constexpr int kVec = decltype(vec_tag)::value;
-            launch_walk<R, ArgWalkPass::Walk, kVec>(stream, s, p, order, B, E, V, F, packs, keys, arg_ptr, o);
-            if (E <= kArgWalkMaxRows) return;  // no segment is long
-            const ArgRowsGrid g = rows_grid(B, E, F, kVec);
-            if (packs) {
-              launch_rows<R, ArgRowsPass::Packed, kVec>(g.grid, g.block, stream, s, p, order, B, E, V, F,
-                                                        g.rows_per_thread, keys, arg_keys, o);
-              launch_walk<R, ArgWalkPass::Unpack, kVec>(stream, s, p, order, B, E, V, F, packs, keys, arg_ptr,
-                                                        o);
-            } else {
-              launch_rows<R, ArgRowsPass::Keys, kVec>(g.grid, g.block, stream, s, p, order, B, E, V, F,
-                                                      g.rows_per_thread, keys, arg_keys, o);
-              launch_rows<R, ArgRowsPass::FindRow, kVec>(g.grid, g.block, stream, s, p, order, B, E, V, F,
-                                                         g.rows_per_thread, keys, arg_keys, o);
+          if constexpr (kArgPacks<scalar_t>) {
+            if (E < 0xFFFFFFFFll) {  // the row fits the key's low half beside 0xFFFFFFFF - row > 0
+              if (E > 0) {
+                const ArgRowsGrid g = rows_grid(B, E, F, vectorized ? 4 : 1);
+                if (vectorized) {
+                  launch_rows<R, ArgRowsPass::Packed, 4>(g.grid, g.block, stream, s, p, order, B, E, V, F,
+                                                         g.rows_per_thread, key_ptr, arg_ptr, o);
+                } else {
+                  launch_rows<R, ArgRowsPass::Packed, 1>(g.grid, g.block, stream, s, p, order, B, E, V, F,
+                                                         g.rows_per_thread, key_ptr, arg_ptr, o);
+                }
+              }
+              const dim3 grid(static_cast<unsigned>(std::min<int64_t>((V * F + 255) / 256, 1 << 20)),
+                              static_cast<unsigned>(std::min<int64_t>(B, 65535)));
+              segment_arg_rows_unpack_kernel<scalar_t><<<grid, 256, 0, stream>>>(
+                  s, key_ptr, B, E, V * F, F, o, arg.mutable_data_ptr<int64_t>());
+              C10_CUDA_KERNEL_LAUNCH_CHECK();
+              return;
             }
-          };
-          if (vectorized) {
-            passes(std::integral_constant<int, 4>{});
-          } else {
-            passes(std::integral_constant<int, 1>{});
+          }
+          out.zero_();
+          arg.fill_(E);
+          if (E > 0) {
+            const ArgRowsGrid g = rows_grid(B, E, F, 1);
+            launch_rows<R, ArgRowsPass::Keys, 1>(g.grid, g.block, stream, s, p, order, B, E, V, F, g.rows_per_thread,
+                                                 key_ptr, arg_ptr, o);
+            launch_rows<R, ArgRowsPass::FindRow, 1>(g.grid, g.block, stream, s, p, order, B, E, V, F,
+                                                    g.rows_per_thread, key_ptr, arg_ptr, o);
           }
         }
       });
