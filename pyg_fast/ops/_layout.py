@@ -334,20 +334,7 @@ def checked_indices(*checks: Tuple[Tensor, Tensor, int, str, str]) -> List[Tenso
     the unchecked ones of a call in one op call and one report (as aminmax and comparisons, a fresh
     SDDMM's two checks took 8 of its 9 launches and two flag copies, H100); where recorded,
     through the ``pyg_fast::checked_index`` op each, whose body does the same."""
-    indices = [as_long(check[0]) for check in checks]
-    if not eager(*indices):
-        return [_checked_index(index, bound.detach(), dim, name, size_name)
-                for index, (_, bound, dim, name, size_name) in zip(indices, checks)]
-    # the cache keeps a flag, not the index: the index itself would keep its own entry alive
-    marks = [cached(index, ("checked", bound.size(dim), name), lambda: [False])
-             for index, (_, bound, dim, name, _) in zip(indices, checks)]
-    pending = [k for k, mark in enumerate(marks) if not mark[0]]
-    if pending:
-        _check_ranges([indices[k] for k in pending], [checks[k][1].size(checks[k][2]) for k in pending],
-                      [(checks[k][3], checks[k][4]) for k in pending])
-        for k in pending:
-            marks[k][0] = True
-    return indices
+    return _checked(checks, False)[0]
 
 
 def kernel_checked_indices(*checks: Tuple[Tensor, Tensor, int, str, str]) -> Tuple[List[Tensor], int]:
@@ -356,18 +343,30 @@ def kernel_checked_indices(*checks: Tuple[Tensor, Tensor, int, str, str]) -> Tup
     mode on CUDA, where some index is not checked yet, the check is left to the kernel (a fresh
     SDDMM's separate check was one of its two launches and about 25-30 us of host time, H100 host);
     elsewhere the indices are checked here and the slot is -1."""
+    return _checked(checks, True)
+
+
+def _checked(checks: Sequence[Tuple[Tensor, Tensor, int, str, str]], in_kernel: bool) -> Tuple[List[Tensor], int]:
     indices = [as_long(check[0]) for check in checks]
-    if indices[0].is_cuda and eager(*indices):
-        marks = [cached(index, ("checked", bound.size(dim), name), lambda: [False])
-                 for index, (_, bound, dim, name, _) in zip(indices, checks)]
-        if not all(mark[0] for mark in marks):
-            slot = _deferred.flag_slot([range_message(name, bound.size(dim), size_name)
-                                        for _, bound, dim, name, size_name in checks], indices[0].device)
-            if slot >= 0:
-                for mark in marks:
-                    mark[0] = True
-                return indices, slot
-    return checked_indices(*[(index,) + tuple(check[1:]) for index, check in zip(indices, checks)]), -1
+    if not eager(*indices):
+        return [_checked_index(index, bound.detach(), dim, name, size_name)
+                for index, (_, bound, dim, name, size_name) in zip(indices, checks)], -1
+    # the cache keeps a flag, not the index: the index itself would keep its own entry alive
+    marks = [cached(index, ("checked", bound.size(dim), name), lambda: [False])
+             for index, (_, bound, dim, name, _) in zip(indices, checks)]
+    pending = [k for k, mark in enumerate(marks) if not mark[0]]
+    if not pending:
+        return indices, -1
+    slot = -1
+    if in_kernel and indices[0].is_cuda:
+        slot = _deferred.flag_slot([range_message(name, bound.size(dim), size_name)
+                                    for _, bound, dim, name, size_name in checks], indices[0].device)
+    if slot < 0:
+        _check_ranges([indices[k] for k in pending], [checks[k][1].size(checks[k][2]) for k in pending],
+                      [(checks[k][3], checks[k][4]) for k in pending])
+    for k in pending:
+        marks[k][0] = True
+    return indices, slot
 
 
 def coo_layout(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None, name: str = "index",
