@@ -15,6 +15,7 @@ from torch_geometric.utils import is_torch_sparse_tensor
 
 from pyg_fast.ops import _layout
 from pyg_fast.ops._kernels import gather_rows, reduce_rows
+from pyg_fast.ops._python_ops import python_op
 
 
 class Edges(NamedTuple):
@@ -160,7 +161,7 @@ def with_self_loops(edge_index: Tensor, num_nodes: int) -> Tensor:
     return torch.cat([edge_index, loops.expand(2, -1)], dim=1)
 
 
-@torch.library.custom_op("pyg_fast::gcn_normalized", mutates_args=())
+@python_op("gcn_normalized")
 def _gcn_normalized_op(edge_index: Tensor, num_nodes: int, improved: bool, add_self_loops: bool, flow: str,
                        dtype: torch.dtype, with_perm: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """``gcn_normalized`` of an unweighted ``edge_index`` as (src, ptr, perm (empty unless
@@ -181,7 +182,7 @@ def _gcn_normalized_op(edge_index: Tensor, num_nodes: int, improved: bool, add_s
                                          with_perm), compute)
 
 
-@_gcn_normalized_op.register_fake
+@torch.library.register_fake("pyg_fast::gcn_normalized")
 def _(edge_index, num_nodes, improved, add_self_loops, flow, dtype, with_perm):
     E = edge_index.size(1) + (num_nodes if add_self_loops else 0)
     return (edge_index.new_empty(E, dtype=_layout.gather_index_dtype(edge_index, num_nodes)),

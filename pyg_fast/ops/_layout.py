@@ -22,6 +22,7 @@ from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 
 from pyg_fast.ops import _deferred
+from pyg_fast.ops._python_ops import python_op
 from pyg_fast.ops._checks import check_index_tensor
 
 # id(owner) -> (weak reference to owner, {slot: value}); the reference's callback drops the entry
@@ -81,7 +82,6 @@ def _entries(tensor: Tensor, key: Tuple, create: bool) -> Tuple[Optional[Dict], 
         if not create:
             return None, ()
         found = _CACHE[id(owner)] = (weakref.ref(owner, functools.partial(_drop, id(owner))), {})
-    _deferred.poll()
     return found[1], (key, tensor.storage_offset(), tensor.shape, tensor.stride(), tensor._version)
 
 
@@ -173,7 +173,7 @@ def range_message(name: str, size, size_name: str) -> _deferred.Message:
 
 # Bounds that derive from another tensor's shape travel as that tensor and a dimension: an int
 # argument of a dispatcher call is recorded as a constant by torch.jit.trace, a tensor is not.
-@torch.library.custom_op("pyg_fast::csr_layout", mutates_args=())
+@python_op("csr_layout")
 def _csr_layout(index: Tensor, num_segments: int, is_sorted: bool, src: Optional[Tensor], src_bound: Optional[Tensor],
                 names: str, owner: Optional[Tensor] = None, with_perm: bool = True) -> Tuple[Tensor, Tensor, Tensor]:
     """(ptr [num_segments + 1], perm [E] (empty where ``is_sorted`` or not ``with_perm``), src[perm]
@@ -253,7 +253,7 @@ def _(src, ptr, perm, num_loops):
     return src.new_empty(E), torch.empty_like(ptr), perm.new_empty(E)
 
 
-@_csr_layout.register_fake
+@torch.library.register_fake("pyg_fast::csr_layout")
 def _(index, num_segments, is_sorted, src, src_bound, names, owner=None, with_perm=True):
     E = index.numel()
     return (index.new_empty(num_segments + 1), index.new_empty(0 if is_sorted or not with_perm else E),
@@ -268,19 +268,19 @@ def _check_ranges(indices: Sequence[Tensor], sizes: Sequence, names: Sequence[Tu
                       indices[0].device)
 
 
-@torch.library.custom_op("pyg_fast::checked_index", mutates_args=())
+@python_op("checked_index")
 def _checked_index(index: Tensor, bound: Tensor, dim: int, name: str, size_name: str) -> Tensor:
     """A copy of ``index`` whose values are checked to lie in [0, bound.size(dim))."""
     _check_ranges([index], [bound.size(dim)], [(name, size_name)])
     return index.clone()
 
 
-@_checked_index.register_fake
+@torch.library.register_fake("pyg_fast::checked_index")
 def _(index, bound, dim, name, size_name):
     return torch.empty_like(index)
 
 
-@torch.library.custom_op("pyg_fast::checked_ptr", mutates_args=())
+@python_op("checked_ptr")
 def _checked_ptr(ptr: Tensor, rows: Tensor, dim: int, name: str, covers_all: bool = True) -> Tensor:
     """A copy of the CSR pointer ``ptr``, checked (``_check_ptr``)."""
     _check_ptr(ptr, rows.size(dim), name, covers_all)
@@ -302,7 +302,7 @@ def _check_ptr(ptr: Tensor, num_rows: int, name: str, covers_all: bool) -> None:
     _deferred.report(bad.reshape(1).long(), [(ValueError, message)])
 
 
-@_checked_ptr.register_fake
+@torch.library.register_fake("pyg_fast::checked_ptr")
 def _(ptr, rows, dim, name, covers_all=True):
     return torch.empty_like(ptr)
 
@@ -553,7 +553,7 @@ def _looped(src: Tensor, ptr: Tensor, perm: Tensor, num_loops: int) -> List[Tens
 _DERIVED = {"destinations": _destinations, "transposed": _transposed, "looped": _looped}
 
 
-@torch.library.custom_op("pyg_fast::derived_layout", mutates_args=())
+@python_op("derived_layout")
 def _derived_layout(kind: str, layout: List[Tensor], sizes: List[int], skip: List[int]) -> List[Tensor]:
     """``_DERIVED[kind](*layout, *sizes)`` with the outputs at the positions in ``skip`` empty
     (the caller does not read them), memoised with the owner of ``layout`` when its tensors are
@@ -566,7 +566,7 @@ def _derived_layout(kind: str, layout: List[Tensor], sizes: List[int], skip: Lis
     return list(memoised(owner, ("derived", kind, tuple(sizes), key), lambda: _DERIVED[kind](*layout, *sizes), skip))
 
 
-@_derived_layout.register_fake
+@torch.library.register_fake("pyg_fast::derived_layout")
 def _(kind, layout, sizes, skip):
     if kind == "in_order":
         return [layout[0].new_empty((layout[1].numel(),) + tuple(layout[0].shape[1:]))]

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from pyg_fast.ops import _layout
 from pyg_fast.ops._checks import check_dim
-from pyg_fast.ops._kernels import keep_rows, kept_key, reduce_rows
+from pyg_fast.ops._kernels import keep_rows, kept_key, reduce_rows, run
 
 ARG_REDUCES = ("max", "min", "mul")
 
@@ -65,8 +65,8 @@ def segment_arg_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optiona
         # 0.28)
         src3 = src3.contiguous()
         out = reduce_rows(src3, layout, reduce, launch)
-        arg = torch.ops.pyg_fast.scatter_arg(src3, _layout.as_long(index), out)
+        arg = run(torch.ops.pyg_fast.scatter_arg, src3, _layout.as_long(index), out)
     else:
-        out, arg = torch.ops.pyg_fast.segment_arg_reduce(src3.contiguous(), layout.ptr, layout.perm, reduce)
+        out, arg = run(torch.ops.pyg_fast.segment_arg_reduce, src3.contiguous(), layout.ptr, layout.perm, reduce)
     shape[dim] = dim_size
     return out.view(shape), None if reduce == "mul" else arg.view(shape)
