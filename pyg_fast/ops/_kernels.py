@@ -87,10 +87,9 @@ def reduce_csr(x2: Tensor, src_index: Tensor, ptr: Tensor, weight: Optional[Tens
         return torch.cat([reduce_csr(part, src_index, ptr, weight, reduce)
                           for part in x2.split(x2.size(1) // slices, dim=1)], dim=1)
     # only without gradients, where the copy was timed (an eager training forward reads int64)
-    if launch.config and launch.config[0] in _INT32_SCHEDULES and _layout.gather_index_dtype(
-            x2, x2.size(0)) == torch.int32 and not (
+    if launch.config and launch.config[0] in _INT32_SCHEDULES and not (
             torch.is_grad_enabled() and (x2.requires_grad or (weight is not None and weight.requires_grad))):
-        src_index = _layout.cached(src_index, ("as_int32",), lambda: src_index.int())
+        src_index = _layout.narrow_gather_index(src_index, x2)
     return run(torch.ops.pyg_fast.index_segment_reduce, x2.contiguous(), src_index, ptr,
                None if weight is None else weight.contiguous(), reduce, launch.config, launch.data)
 

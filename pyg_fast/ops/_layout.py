@@ -149,6 +149,15 @@ def gather_index_dtype(like: Tensor, num_rows) -> torch.dtype:
     return torch.int32 if like.is_cuda and num_rows <= INT32_MAX else torch.long
 
 
+def narrow_gather_index(index: Tensor, rows: Tensor) -> Tensor:
+    """The checked int64 ``index`` of rows of ``rows`` as a cached int32 copy where
+    :func:`gather_index_dtype` allows (CUDA), else itself: for the kernels that read either, on a
+    graph used more than once."""
+    if index.dtype != torch.long or gather_index_dtype(rows, rows.size(0)) != torch.int32:
+        return index
+    return cached(index, ("as_int32",), lambda: index.int())
+
+
 def as_long(index: Tensor) -> Tensor:
     """The index as contiguous int64, the type the kernels take (cached)."""
     if type(index) is not Tensor and hasattr(index, "as_tensor"):  # torch_geometric's Index, EdgeIndex

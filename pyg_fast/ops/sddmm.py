@@ -42,5 +42,7 @@ def sddmm(a: Tensor, b: Tensor, a_index: Tensor, b_index: Tensor, op: str = "dot
         (a_index, b_index), slot = _layout.kernel_checked_indices(*checks)
     else:
         (a_index, b_index), slot = _layout.checked_indices(*checks), -1
+    if slot < 0 and op == "dot" and _layout.eager(a_index, b_index):  # a graph seen before
+        a_index, b_index = _layout.narrow_gather_index(a_index, a3), _layout.narrow_gather_index(b_index, b3)
     out = run(torch.ops.pyg_fast.sddmm, a3.contiguous(), b3.contiguous(), a_index, b_index, op, slot)
     return out if heads else out.squeeze(1)

@@ -97,6 +97,34 @@ def test_dot_beyond_int32_counts_cuda():
     del out
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("shape", [(1,), (16,), (64,), (4, 16), (2, 130)])
+def test_int32_indices_cuda(op, shape):
+    """The CUDA kernels read int32 edge indices as int64 ones; the public op reads a reused graph's
+    through int32 copies (from its second call on) with the same result."""
+    Na, Nb, E = 300, 200, 5000
+    a, b = (t.detach() for t in random_operands(Na, Nb, shape, torch.float32, "cuda", op))
+    a_index = torch.randint(0, Na, (E,), device="cuda")
+    b_index = torch.randint(0, Nb, (E,), device="cuda").sort().values
+    a3, b3 = (t if t.dim() == 3 else t.unsqueeze(1) for t in (a, b))
+    wide = torch.ops.pyg_fast.sddmm(a3, b3, a_index, b_index, op)
+    narrow = torch.ops.pyg_fast.sddmm(a3, b3, a_index.int(), b_index.int(), op)
+    assert torch.equal(narrow, wide)
+    ref = OPS[op](a.double()[a_index], b.double()[b_index])
+    for _ in range(3):
+        assert_close(sddmm(a, b, a_index, b_index, op), ref, torch.float32, scale=4)
+    with pytest.raises(TypeError, match="differ in dtype"):
+        torch.ops.pyg_fast.sddmm(a3, b3, a_index.int(), b_index, op)
+
+
+def test_int32_indices_cpu_raise():
+    a = torch.randn(4, 1, 8)
+    idx = torch.tensor([0, 1, 3], dtype=torch.int32)
+    with pytest.raises(TypeError, match="must be int64"):
+        torch.ops.pyg_fast.sddmm(a, a, idx, idx, "dot")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_empty_edges(device):
     a = torch.randn(4, 2, 8, device=device)
@@ -190,7 +218,7 @@ def test_the_kernel_checks_a_new_index_itself(op):
         torch.cuda.synchronize()
     kernels = [e.name for e in prof.events() if e.device_type.name == "CUDA"]
     assert len(kernels) == 1 and "sddmm" in kernels[0], kernels
-    torch.testing.assert_close(out.double(), OPS[op](a.double()[ai], b.double()[bi]))
+    assert_close(out, OPS[op](a.double()[ai], b.double()[bi]), torch.float32)
     bad = ai.clone()
     bad[7] = 30
     with pytest.raises(IndexError, match="'a_index' holds values outside \\[0, 30\\)"):

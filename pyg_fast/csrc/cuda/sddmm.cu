@@ -58,11 +58,11 @@ int64_t blocks_per_sm(Kernel kernel) {
   return std::max(1, blocks);
 }
 
-template <typename scalar_t, typename index_t, int LANES, int VEC>
+template <typename scalar_t, typename index_t, typename edge_t, int LANES, int VEC>
 void launch_dot_with(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_index, const at::Tensor& b_index,
                      at::Tensor& out, int64_t* flags, cudaStream_t stream) {
   using acc_t = at::opmath_type<scalar_t>;
-  const auto kernel = sddmm_dot_kernel<scalar_t, acc_t, index_t, LANES, VEC, kSddmmUnroll>;
+  const auto kernel = sddmm_dot_kernel<scalar_t, acc_t, index_t, edge_t, LANES, VEC, kSddmmUnroll>;
   constexpr int64_t kGroupsPerBlock = kSddmmThreadsPerBlock / LANES;
   static const int64_t per_sm = blocks_per_sm(kernel);  // one instantiation, one kernel
   const int64_t E = a_index.numel(), H = a.size(1);
@@ -73,8 +73,8 @@ void launch_dot_with(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
   const int64_t items = (E + chunk - 1) / chunk * H;
   const int64_t grid = std::max<int64_t>(1, std::min(blocks, (items + kGroupsPerBlock - 1) / kGroupsPerBlock));
   kernel<<<grid, kSddmmThreadsPerBlock, 0, stream>>>(
-      a.const_data_ptr<scalar_t>(), b.const_data_ptr<scalar_t>(), a_index.const_data_ptr<int64_t>(),
-      b_index.const_data_ptr<int64_t>(), out.mutable_data_ptr<scalar_t>(), static_cast<index_t>(E),
+      a.const_data_ptr<scalar_t>(), b.const_data_ptr<scalar_t>(), a_index.const_data_ptr<edge_t>(),
+      b_index.const_data_ptr<edge_t>(), out.mutable_data_ptr<scalar_t>(), static_cast<index_t>(E),
       static_cast<index_t>(H), static_cast<index_t>(a.size(2)), static_cast<index_t>(a.size(0)),
       static_cast<index_t>(b.size(0)), static_cast<index_t>(chunk), flags);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -94,10 +94,20 @@ void launch_dot(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_in
   int lanes = 1;  // adaptive: enough lanes to cover D in one pass of VEC-wide loads, at most a warp
   while (lanes < 32 && static_cast<int64_t>(lanes) * VEC < D) lanes *= 2;
   const bool narrow = fits_int32(E, H, a, b);
+  // int32 edge indices come with int32 counters only (their own sizes fit then, up to a.numel())
+  const bool int32_edges = a_index.scalar_type() == at::kInt;
   auto launch = [&](auto lanes_tag) {
     constexpr int LANES = decltype(lanes_tag)::value;
-    narrow ? launch_dot_with<scalar_t, int32_t, LANES, VEC>(a, b, a_index, b_index, out, flags, stream)
-           : launch_dot_with<scalar_t, int64_t, LANES, VEC>(a, b, a_index, b_index, out, flags, stream);
+    if (int32_edges && narrow) {
+      launch_dot_with<scalar_t, int32_t, int32_t, LANES, VEC>(a, b, a_index, b_index, out, flags, stream);
+    } else if (int32_edges) {
+      launch_dot_with<scalar_t, int64_t, int64_t, LANES, VEC>(a, b, a_index.to(at::kLong), b_index.to(at::kLong),
+                                                              out, flags, stream);
+    } else if (narrow) {
+      launch_dot_with<scalar_t, int32_t, int64_t, LANES, VEC>(a, b, a_index, b_index, out, flags, stream);
+    } else {
+      launch_dot_with<scalar_t, int64_t, int64_t, LANES, VEC>(a, b, a_index, b_index, out, flags, stream);
+    }
   };
   switch (lanes) {
     case 1: launch(std::integral_constant<int, 1>{}); break;
@@ -132,7 +142,7 @@ void launch_elementwise(EdgeOp op, const at::Tensor& a, const at::Tensor& b, con
 
 at::Tensor sddmm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_index, const at::Tensor& b_index,
                  c10::string_view op_name, int64_t flag_slot) {
-  check_sddmm_args(a, b, a_index, b_index);
+  check_sddmm_args(a, b, a_index, b_index, /*int32_index=*/true);
   const EdgeOp op = parse_edge_op(std::string(op_name));
   const c10::cuda::CUDAGuard guard(a.device());
   const int64_t E = a_index.numel(), H = a.size(1), D = a.size(2);
@@ -150,9 +160,10 @@ at::Tensor sddmm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_i
     if (op == EdgeOp::Dot) {
       wide ? launch_dot<scalar_t, kMaxVec>(a, b, a_index, b_index, out, flags, stream)
            : launch_dot<scalar_t, 1>(a, b, a_index, b_index, out, flags, stream);
-    } else {
-      wide ? launch_elementwise<scalar_t, kMaxVec>(op, a, b, a_index, b_index, out, flags, stream)
-           : launch_elementwise<scalar_t, 1>(op, a, b, a_index, b_index, out, flags, stream);
+    } else {  // int32 indices read as int64: the elementwise ops move D values an edge, not one
+      const at::Tensor ai = a_index.to(at::kLong), bi = b_index.to(at::kLong);
+      wide ? launch_elementwise<scalar_t, kMaxVec>(op, a, b, ai, bi, out, flags, stream)
+           : launch_elementwise<scalar_t, 1>(op, a, b, ai, bi, out, flags, stream);
     }
   });
   return out;

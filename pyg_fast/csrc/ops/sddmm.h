@@ -20,13 +20,16 @@ inline EdgeOp parse_edge_op(const std::string& op) {
                     op, "'");
 }
 
-// a: [Na, H, D], b: [Nb, H, D] of one dtype; a_index, b_index: [E] int64.
+// a: [Na, H, D], b: [Nb, H, D] of one dtype; a_index, b_index: [E] int64 (or both int32 where
+// `int32_index`: the CUDA kernels).
 inline void check_sddmm_args(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_index,
-                             const at::Tensor& b_index) {
+                             const at::Tensor& b_index, bool int32_index = false) {
   check_floating(a, "a");
   check_floating(b, "b");
-  check_index(a_index, "a_index");
-  check_index(b_index, "b_index");
+  check_index(a_index, "a_index", int32_index);
+  check_index(b_index, "b_index", int32_index);
+  PF_CHECK_TYPE(a_index.scalar_type() == b_index.scalar_type(), "pyg_fast: 'a_index' and 'b_index' differ in dtype (",
+                a_index.scalar_type(), " and ", b_index.scalar_type(), ")");
   check_same_device(a, b, "a", "b");
   check_same_device(a, a_index, "a", "a_index");
   check_same_device(a, b_index, "a", "b_index");
