@@ -377,14 +377,14 @@ def _(flags, names, num_src, num_dst, owner=None):
 
 def _first_report(src_index: Optional[Tensor], dst_index: Tensor, key: Tuple) -> bool:
     """Whether this is the first report of these indices' flags under ``key``, keyed on the tensors
-    the indices view and where they sit in them: every layer slices the ends of its edge_index
-    anew, and keyed on the slices themselves a 3-layer SAGE reported one graph three times."""
+    the indices view and where they sit in them (as the caches are): every layer slices the ends of
+    its edge_index anew, and keyed on the slices themselves a 3-layer SAGE reported one graph three
+    times."""
     key = ("coo_reported",) + key
     if src_index is None:
         seen = _layout.cached(dst_index, key, lambda: [False])
     else:
-        where = (src_index.storage_offset(), src_index.shape, src_index.stride())
-        seen = _layout.cached_with(dst_index, _layout.storage_owner(src_index), key + where, lambda: [False])
+        seen = _layout.cached_with(dst_index, src_index, key, lambda: [False])
     first, seen[0] = not seen[0], True
     return first
 

@@ -123,16 +123,21 @@ def _drop(owner_id: int, ref: weakref.ref, cache: Dict = _CACHE) -> None:
 
 
 def cached_with(tensor: Tensor, other: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
-    """``compute()`` of two tensors, memoised on ``tensor`` for this ``other`` tensor (its identity
-    and version). ``other`` is held weakly: a cached value must not keep it alive."""
+    """``compute()`` of two tensors, memoised on ``tensor`` for ``other`` as :func:`cached` keys
+    ``tensor``: its storage owner's identity, its place in it and the version. A new view of the
+    same values hits (``edge_index[0]`` sliced anew every call: keyed on the view object, the
+    grouping of a gather-reduce ran on every call). The owner is held weakly: a cached value must
+    not keep it alive."""
     if not eager(tensor, other):
         return compute()
+    base = storage_owner(other)
 
     def entry():
-        return weakref.ref(other), compute()
+        return weakref.ref(base), compute()
 
-    owner, value = cached(tensor, key + (id(other), other._version), entry)
-    if owner() is not other:  # id() was reused by another tensor: recompute
+    where = (id(base), other.storage_offset(), other.shape, other.stride(), other._version)
+    owner, value = cached(tensor, key + where, entry)
+    if owner() is not base:  # id() was reused by another tensor: recompute
         return compute()
     return value
 

@@ -459,3 +459,26 @@ def test_on_zoo_graphs(device, graph, reduce):
     for _ in range(3):
         out = pyg_fast.index_weight_segment_reduce(x, src, dst, weight, N, reduce)
         assert_close(out, ref, torch.float32, scale=4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_new_views_of_one_graph_are_grouped_once(monkeypatch, device):
+    """``edge_index[0]`` and ``edge_index[1]`` sliced anew on every call (as a model's forward
+    does) find the grouping of the first call; a change of the graph's values regroups it."""
+    from pyg_fast.ops import _layout
+    torch.manual_seed(0)
+    N, E = 40, 300
+    edge_index = torch.randint(0, N, (2, E), device=device)
+    x = torch.randn(N, 8, device=device, dtype=torch.float64)
+    groupings = []
+    csr_layout = _layout.csr_layout
+    monkeypatch.setattr(_layout, "csr_layout", lambda *args: groupings.append(1) or csr_layout(*args))
+    ref = torch.full((N, 8), float("-inf"), device=device, dtype=torch.float64).scatter_reduce(
+        0, edge_index[1].view(-1, 1).expand(-1, 8), x[edge_index[0]], "amax")
+    ref = torch.where(ref.isinf(), torch.zeros_like(ref), ref)
+    for _ in range(5):
+        torch.testing.assert_close(pyg_fast.index_segment_reduce(x, edge_index[0], edge_index[1], N, "max"), ref)
+    assert len(groupings) == 1
+    edge_index[0, 0] = (edge_index[0, 0] + 1) % N  # in place: the sources in destination order change
+    pyg_fast.index_segment_reduce(x, edge_index[0], edge_index[1], N, "max")
+    assert len(groupings) == 2
