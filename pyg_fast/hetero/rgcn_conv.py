@@ -1,6 +1,5 @@
 """Drop-in RGCNConv and FastRGCNConv: aggregate per (relation, destination), then one
 segmented matmul over all relations, then a sum per destination."""
-import weakref
 from typing import Optional, Tuple, Union
 
 import torch
@@ -55,18 +54,8 @@ class RelationSlice(TensorSlice):
 def relation_slice(edge_index: Tensor, edge_type: Tensor, num_relations: int, num_dst: int) -> RelationSlice:
     """The :class:`RelationSlice` of a graph, cached while ``edge_type`` and ``edge_index`` are
     alive and unchanged (in eager mode)."""
-    if not _layout.eager(edge_index, edge_type):  # traced: no identity of a tensor may enter the graph
-        return RelationSlice(edge_index, edge_type, num_relations, num_dst)
-    owner = weakref.ref(edge_index)
-
-    def compute():
-        return owner, RelationSlice(edge_index, edge_type, num_relations, num_dst)
-
-    key = ("relation_slice", num_relations, num_dst, id(edge_index), edge_index._version)
-    entry_owner, rs = _layout.cached(edge_type, key, compute)
-    if entry_owner() is not edge_index:  # id() reused by another tensor
-        rs = compute()[1]
-    return rs
+    return _layout.cached_with(edge_type, edge_index, ("relation_slice", num_relations, num_dst),
+                               lambda: RelationSlice(edge_index, edge_type, num_relations, num_dst))
 
 
 def relation_weights(conv: pyg_nn.RGCNConv) -> Tensor:
