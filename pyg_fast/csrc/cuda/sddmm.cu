@@ -94,7 +94,7 @@ void launch_dot(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_in
   int lanes = 1;  // adaptive: enough lanes to cover D in one pass of VEC-wide loads, at most a warp
   while (lanes < 32 && static_cast<int64_t>(lanes) * VEC < D) lanes *= 2;
   const bool narrow = fits_int32(E, H, a, b);
-  // int32 edge indices come with int32 counters only (their own sizes fit then, up to a.numel())
+  // int32 edge indices take int32 counters; where those do not fit (beyond 2^30 elements) both widen
   const bool int32_edges = a_index.scalar_type() == at::kInt;
   auto launch = [&](auto lanes_tag) {
     constexpr int LANES = decltype(lanes_tag)::value;
