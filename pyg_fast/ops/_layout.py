@@ -351,26 +351,28 @@ def checked_indices(*checks: Tuple[Tensor, Tensor, int, str, str]) -> List[Tenso
     return _checked(checks, False)[0]
 
 
-def kernel_checked_indices(*checks: Tuple[Tensor, Tensor, int, str, str]) -> Tuple[List[Tensor], int]:
+def kernel_checked_indices(*checks: Tuple[Tensor, Tensor, int, str, str]) -> Tuple[List[Tensor], int, bool]:
     """:func:`checked_indices` for an op whose CUDA kernel raises a flag for each out-of-range
     index, in order, where given a ring slot: (the indices as int64, that ``flag_slot``). In eager
     mode on CUDA, where some index is not checked yet, the check is left to the kernel (a fresh
     SDDMM's separate check was one of its two launches and about 25-30 us of host time, H100 host);
-    elsewhere the indices are checked here and the slot is -1."""
+    elsewhere the indices are checked here and the slot is -1. Third: whether every index was
+    checked by an earlier call in eager mode (a graph seen before)."""
     return _checked(checks, True)
 
 
-def _checked(checks: Sequence[Tuple[Tensor, Tensor, int, str, str]], in_kernel: bool) -> Tuple[List[Tensor], int]:
+def _checked(checks: Sequence[Tuple[Tensor, Tensor, int, str, str]], in_kernel: bool
+             ) -> Tuple[List[Tensor], int, bool]:
     indices = [as_long(check[0]) for check in checks]
     if not eager(*indices):
         return [_checked_index(index, bound.detach(), dim, name, size_name)
-                for index, (_, bound, dim, name, size_name) in zip(indices, checks)], -1
+                for index, (_, bound, dim, name, size_name) in zip(indices, checks)], -1, False
     # the cache keeps a flag, not the index: the index itself would keep its own entry alive
     marks = [cached(index, ("checked", bound.size(dim), name), lambda: [False])
              for index, (_, bound, dim, name, _) in zip(indices, checks)]
     pending = [k for k, mark in enumerate(marks) if not mark[0]]
     if not pending:
-        return indices, -1
+        return indices, -1, True
     slot = -1
     if in_kernel and indices[0].is_cuda:
         slot = _deferred.flag_slot([range_message(name, bound.size(dim), size_name)
@@ -380,7 +382,7 @@ def _checked(checks: Sequence[Tuple[Tensor, Tensor, int, str, str]], in_kernel: 
                       [(checks[k][3], checks[k][4]) for k in pending])
     for k in pending:
         marks[k][0] = True
-    return indices, slot
+    return indices, slot, False
 
 
 def coo_layout(index: Tensor, dim_size: int, is_sorted: Optional[bool] = None, name: str = "index",

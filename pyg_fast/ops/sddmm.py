@@ -39,10 +39,10 @@ def sddmm(a: Tensor, b: Tensor, a_index: Tensor, b_index: Tensor, op: str = "dot
     a3 = a if heads else a.unsqueeze(1)
     b3 = b if heads else b.unsqueeze(1)
     if a_index.numel() > 0 and a3.size(1) > 0 and a3.size(2) > 0:  # the kernel runs: it may check
-        (a_index, b_index), slot = _layout.kernel_checked_indices(*checks)
+        (a_index, b_index), slot, seen = _layout.kernel_checked_indices(*checks)
     else:
-        (a_index, b_index), slot = _layout.checked_indices(*checks), -1
-    if slot < 0 and op == "dot" and _layout.eager(a_index, b_index):  # a graph seen before
+        (a_index, b_index), slot, seen = _layout.checked_indices(*checks), -1, False
+    if seen and op == "dot":  # int32 copies for a graph seen before, not for one used once
         a_index, b_index = _layout.narrow_gather_index(a_index, a3), _layout.narrow_gather_index(b_index, b3)
     out = run(torch.ops.pyg_fast.sddmm, a3.contiguous(), b3.contiguous(), a_index, b_index, op, slot)
     return out if heads else out.squeeze(1)

@@ -139,3 +139,18 @@ def test_reused_index_found_sorted_is_read_directly(monkeypatch):
                                                   ([2, 1], 5, 0), ([3], 5, 1)])
 def test_sorted_in_range(values, size, expected):
     assert _layout._sorted_in_range(torch.tensor(values), size).tolist() == [expected]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_kernel_checked_indices_say_when_a_graph_was_seen(device):
+    """The third value of ``kernel_checked_indices`` is True only where every index was checked by
+    an earlier call: what lets sddmm keep int32 copies for a graph seen before and not for one
+    used once (a new view of the same values counts as seen)."""
+    rows = torch.zeros(10, 1, device=device)
+    a, b = torch.randint(0, 10, (20,), device=device), torch.randint(0, 10, (20,), device=device)
+    checks = lambda x, y: ((x, rows, 0, "a", "n"), (y, rows, 0, "b", "n"))  # noqa: E731
+    assert _layout.kernel_checked_indices(*checks(a, b))[2] is False
+    assert _layout.kernel_checked_indices(*checks(a, b))[2] is True
+    assert _layout.kernel_checked_indices(*checks(a[:], b))[2] is True
+    assert _layout.kernel_checked_indices(*checks(a, b.clone()))[2] is False
+    pyg_fast.check_errors()
