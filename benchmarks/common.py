@@ -239,18 +239,23 @@ def compiled_apart(net: torch.nn.Module, **options) -> torch.nn.Module:
 def time_interleaved(fns: Dict[str, Callable[[], object]], warmup: float, rep: float, device,
                      rounds: int, contexts: Optional[Dict[str, Callable[[], ContextManager]]] = None
                      ) -> Dict[str, float]:
-    """Median ms of each callable over ``rounds`` alternating rounds, the order reversed every
-    other round (A B C, C B A, A B C, ...), each round a ``time_ms`` with a ``rounds``-th of the
-    budget: a drift in the machine's speed over the run (other tenants, clocks) then reaches every
-    callable alike, and so does the place in a round (on the 2-core CPU, PyG's GCN inference on
-    cora with the switch against without read 0.96-0.97x in four rounds of one order, 1.00x as
-    the median of 12 rounds in alternating order). ``contexts`` (by
+    """Median ms of each callable over ``rounds`` alternating rounds (raised to a multiple of the
+    number of callables), each round a ``time_ms`` with a ``rounds``-th of the budget; every
+    callable takes every place in a round equally often (A B C, B C A, C A B, then the same
+    backwards): a drift in the machine's speed over the run (other tenants, clocks) then reaches
+    every callable alike, and so does the place in a round. An order merely reversed every other
+    round leaves each callable two fixed places, and the place shows where the host sets the pace:
+    one and the same PyG inference on cora, timed as two of six methods of one case, read
+    0.83-0.90x of itself in the outer two places against the next two (H200), and 0.96-0.97x in
+    four rounds of one order on the 2-core CPU. ``contexts`` (by
     name): a context entered around each of that callable's rounds, such as ``pyg_fast.patch()``'s
     switch, which entered for every call would add its own cost to each."""
     per_round = {name: [] for name in fns}
     names = list(fns)
+    rounds = -(-rounds // len(names)) * len(names)
     for i in range(rounds):
-        for name in names if i % 2 == 0 else names[::-1]:
+        order = names if (i // len(names)) % 2 == 0 else names[::-1]
+        for name in order[i % len(names):] + order[:i % len(names)]:
             with (contexts or {}).get(name, contextlib.nullcontext)():
                 per_round[name].append(time_ms(fns[name], warmup if i == 0 else 0.0, rep / rounds, device=device))
     return {name: statistics.median(times) for name, times in per_round.items()}

@@ -12,7 +12,7 @@ can wait until the value is there (the schedule of a reused graph).
 import ctypes
 import threading
 from collections import deque
-from typing import Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple, Type
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple, Type, Union
 
 import torch
 from torch import Tensor
@@ -20,6 +20,9 @@ from torch import Tensor
 from pyg_fast.config import config
 
 Message = Tuple[Type[Exception], str]
+# A check's messages, or a function that words them when a flag is raised (wording a fresh graph's
+# two range messages took 1 us a call, CPU host: the ring hands out a slot for 5)
+Messages = Union[Sequence[Message], Callable[[], Sequence[Message]]]
 
 _SLOT = 8  # flags or values per slot of a pinned ring
 _SLOTS = 512
@@ -65,7 +68,7 @@ class _FlagRing:
     def __init__(self, address: int, slots: int, values: int):
         self.address, self.slots, self.stride = address, slots, values * 8
         self.issued = 0  # checks handed a slot so far; check n has slot n % slots
-        self.pending: Deque[Tuple[int, Optional[Sequence[Message]]]] = deque()  # (n, messages; None once raised)
+        self.pending: Deque[Tuple[int, Optional[Messages]]] = deque()  # (n, messages; None once raised)
         self.devices: Set[int] = set()  # devices of the block being handed out
         self.closed: Deque[Tuple[int, List]] = deque()  # (checks before the block's end, its events)
 
@@ -85,10 +88,11 @@ _FLAG_BLOCK = 64
 _flag_ring: Optional[_FlagRing] = None
 
 
-def flag_slot(messages: Sequence[Message], device: torch.device) -> int:
+def flag_slot(messages: Messages, device: torch.device) -> int:
     """The ``flag_slot`` of a check on ``device`` whose flags ``messages`` name: a slot of the ring
     on CUDA, -1 where the op should return its flags for :func:`report` (the CPU, ``validate ==
-    "sync"``, a CUDA graph capture)."""
+    "sync"``, a CUDA graph capture). The ring is read by :func:`poll`, which the op's launch
+    calls, not here as well."""
     global _flag_ring
     if device.type != "cuda" or config.validate == "sync" or _capturing():
         return -1
@@ -103,7 +107,7 @@ def flag_slot(messages: Sequence[Message], device: torch.device) -> int:
             for _, events in ring.closed:
                 for event in events:
                     event.synchronize()
-        _scan_flags(ring)
+            _scan_flags(ring)
         ctypes.memset(ring.address + n % ring.slots * ring.stride, 0, ring.stride)
         ring.pending.append((n, messages))
         ring.devices.add(device.index if device.index is not None else torch.cuda.current_device())
@@ -148,14 +152,19 @@ def _raise_flags(ring: _FlagRing, end: int) -> None:
         if messages is None or values.count(0) == len(values):
             continue
         flags = [int.from_bytes(values[k:k + 8], "little") for k in range(0, len(values), 8)]
-        failure = next(((kind, text) for (kind, text), flag in zip(messages, flags) if flag), None)
+        failure = next(((kind, text) for (kind, text), flag in zip(worded(messages), flags) if flag), None)
         if failure is not None:
             ring.pending[n - first] = (n, None)
             kind, text = failure
             raise kind(f"{text} {LATE}")
 
 
-def checked(call: Callable[[int], object], messages: Sequence[Message], device: torch.device,
+def worded(messages: Messages) -> Sequence[Message]:
+    """``messages`` worded (see ``Messages``)."""
+    return messages() if callable(messages) else messages
+
+
+def checked(call: Callable[[int], object], messages: Messages, device: torch.device,
             first: Optional[Callable[[], bool]] = None):
     """``call(flag_slot)`` of an op that checks indices and returns its flags last (or only), with
     ``messages`` raised for them: from the flag ring on CUDA, else through :func:`report`, there
@@ -170,7 +179,7 @@ def checked(call: Callable[[int], object], messages: Sequence[Message], device: 
 class _Check:
     __slots__ = ("messages",)
 
-    def __init__(self, messages: Sequence[Message]):
+    def __init__(self, messages: Messages):
         self.messages = messages
 
 
@@ -213,7 +222,7 @@ def poll() -> None:
             if isinstance(owner, _Check):
                 if failure is None:
                     flags = ring.rows[slot].tolist()  # host memory: no synchronisation
-                    failure = next((m for m, f in zip(owner.messages, flags) if f), None)
+                    failure = next((m for m, f in zip(worded(owner.messages), flags) if f), None)
                 ring.free.append(slot)
             else:
                 owner._landed(ring, slot)
@@ -245,7 +254,7 @@ def check_errors() -> None:
     poll()
 
 
-def report(flags: Tensor, messages: Sequence[Message]) -> None:
+def report(flags: Tensor, messages: Messages) -> None:
     """Raises ``messages[i]`` for the first nonzero entry ``i`` of the int64 ``flags`` (1-D, at
     most 8): at once on the CPU or with ``config.validate == "sync"``, else once the flags reach
     the host."""
@@ -254,11 +263,12 @@ def report(flags: Tensor, messages: Sequence[Message]) -> None:
         if _capturing():
             return
         if config.validate != "sync":
-            _slot(flags, _Check(tuple(messages)))
+            _slot(flags, _Check(messages if callable(messages) else tuple(messages)))
             return
-    for flag, (kind, text) in zip(flags.tolist(), messages):
-        if flag:
-            raise kind(text)
+    values = flags.tolist()
+    if any(values):
+        kind, text = next(message for message, flag in zip(worded(messages), values) if flag)
+        raise kind(text)
 
 
 class HostValue:

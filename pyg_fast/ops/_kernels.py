@@ -6,6 +6,7 @@ backward is one op call, is C++ in csrc/ops), and the helpers that call them on 
 Backward formulas call only ``torch.ops.pyg_fast`` ops, ``_layout`` and ``tuning``, never the
 public wrappers, so the modules above import this one and nothing here imports them.
 """
+import functools
 import math
 import weakref
 from typing import Optional, Tuple
@@ -134,9 +135,10 @@ def kept_key(src3: Tensor, index: Optional[Tensor], dim_size: Optional[int], is_
              ) -> Optional[Tuple]:
     """The key under which ``index`` keeps its (layout, launch) for rows of ``src3`` [1, E, F]
     (``_layout.peek`` reads it), or None where nothing is kept: a traced call, a batch, an index of
-    another type, a segment count to read from the index, a forced launch."""
+    another type, a segment count to read from the index, a forced launch, an index with nothing
+    cached yet (a fresh graph's: its first call keeps nothing and skips building the key)."""
     if (type(index) is not Tensor or dim_size is None or src3.size(0) != 1 or tuning.overridden()
-            or not _layout.eager(src3)):
+            or not _layout.eager(src3) or not _layout.known(index)):
         return None
     return "kept_rows", dim_size, is_sorted, src3.size(1), src3.size(2), src3.dtype, src3.device
 
@@ -341,7 +343,7 @@ def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, w
     if names is None:
         return call(-1)[0]
     if _layout.eager(x2, dst_index):
-        return _deferred.checked(call, _range_messages(names, x2.size(0), num_rows), dst_index.device,
+        return _deferred.checked(call, functools.partial(_range_messages, names, x2.size(0), num_rows), dst_index.device,
                                  lambda: _first_report(src_index, dst_index, (num_rows, x2.size(0), names)))[0]
     # Recorded: the flags come from a check of the indices, not from this call's kernel, so that
     # every layer's check and report of one edge_index are the same ops, which the compiler merges
@@ -491,5 +493,5 @@ def coo_reported(op, src2: Tensor, index: Tensor, size: int, name: str, size_nam
     any order over the int64 ``index``, no grouping; see :func:`coo_route`): ``out``, with an
     index out of ``[0, size)`` reported (its rows were skipped) as :func:`gather_scatter` reports."""
     return _deferred.checked(lambda slot: run(op, src2.contiguous(), index, size, *args, slot),
-                             [_layout.range_message(name, size, size_name)], index.device,
+                             lambda: [_layout.range_message(name, size, size_name)], index.device,
                              lambda: _first_report(None, index, (size, name, size_name)))[0]

@@ -73,6 +73,13 @@ def peek(tensor: Tensor, key: Tuple) -> object:
     return None if entries is None else entries.get(slot)
 
 
+def known(tensor: Tensor) -> bool:
+    """Whether anything is cached with ``tensor``'s storage owner."""
+    owner = storage_owner(tensor)
+    found = _CACHE.get(id(owner))
+    return found is not None and found[0]() is owner
+
+
 def _entries(tensor: Tensor, key: Tuple, create: bool) -> Tuple[Optional[Dict], Tuple]:
     """The cache entries of ``tensor``'s storage owner (None where it has none and not
     ``create``), and ``tensor``'s slot among them."""

@@ -269,7 +269,7 @@ def test_layers_sharing_an_edge_index_report_it_once_and_again_after_a_change(de
 
     def counted_slot(messages, device):
         slot = flag_slot(messages, device)
-        if slot >= 0 and "edge_index" in messages[0][1]:
+        if slot >= 0 and "edge_index" in _deferred.worded(messages)[0][1]:
             slots.append(slot)
         return slot
     monkeypatch.setattr(_deferred, "flag_slot", counted_slot)
@@ -293,5 +293,5 @@ def _edge_index_reports(monkeypatch):
     reports = []
     report = _deferred.report
     monkeypatch.setattr(_deferred, "report", lambda flags, messages: (
-        reports.append(messages) if "edge_index" in messages[0][1] else None) or report(flags, messages))
+        reports.append(messages) if "edge_index" in _deferred.worded(messages)[0][1] else None) or report(flags, messages))
     return reports
