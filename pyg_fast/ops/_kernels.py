@@ -343,7 +343,8 @@ def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, w
     if names is None:
         return call(-1)[0]
     if _layout.eager(x2, dst_index):
-        return _deferred.checked(call, functools.partial(_range_messages, names, x2.size(0), num_rows), dst_index.device,
+        return _deferred.checked(call, functools.partial(_range_messages, names, x2.size(0), num_rows),
+                                 dst_index.device,
                                  lambda: _first_report(src_index, dst_index, (num_rows, x2.size(0), names)))[0]
     # Recorded: the flags come from a check of the indices, not from this call's kernel, so that
     # every layer's check and report of one edge_index are the same ops, which the compiler merges
