@@ -26,7 +26,6 @@ from pyg_fast.ops import _layout
 from pyg_fast.ops.segment_reduce import segment_reduce
 
 _KERNEL_REDUCES = ("sum", "add", "mean", "max", "min")
-_CUDA_MIN = tuning.PATCH_MIN_ELEMENTS["cuda"]
 
 
 def reduce(self, x: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
@@ -60,8 +59,8 @@ def _on_kernels(x: Tensor, index: Optional[Tensor], ptr: Optional[Tensor], reduc
     (``torch_geometric.Index``) and ``torch.compile`` go to the kernels at once."""
     # first the switch's size test on a plain eager tensor, the common case it answers: PyG's path,
     # at the least host time (the switch added 4-7 us to PyG's 13 us scatter of a small input, CPU host)
-    if switched and type(x) is Tensor and not torch.compiler.is_compiling() and x.numel() < (
-            _CUDA_MIN if x.is_cuda else tuning.PATCH_MIN_ELEMENTS.get(x.device.type, 0)):
+    if (switched and type(x) is Tensor and not torch.compiler.is_compiling()
+            and x.numel() < tuning.PATCH_MIN_ELEMENTS.get(x.device.type, 0)):
         return False
     if (reduce not in _KERNEL_REDUCES or not x.is_floating_point() or (index is None and ptr is None)
             or (ptr is not None and ptr.dim() != 1) or torch.jit.is_tracing()):

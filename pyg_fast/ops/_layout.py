@@ -75,9 +75,7 @@ def peek(tensor: Tensor, key: Tuple) -> object:
 
 def known(tensor: Tensor) -> bool:
     """Whether anything is cached with ``tensor``'s storage owner."""
-    owner = storage_owner(tensor)
-    found = _CACHE.get(id(owner))
-    return found is not None and found[0]() is owner
+    return _entries(tensor, (), create=False)[0] is not None
 
 
 def _entries(tensor: Tensor, key: Tuple, create: bool) -> Tuple[Optional[Dict], Tuple]:
