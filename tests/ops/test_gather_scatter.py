@@ -98,16 +98,21 @@ def test_gradients_and_double_backward(device, mean, heads):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_out_of_range_edges_are_skipped_and_named(device):
+@pytest.mark.parametrize("mean", [False, True])
+def test_out_of_range_edges_are_skipped_and_named(device, mean):
     src, dst = edges(10, 50, 8, device)
     x = torch.randn(10, 4, device=device)
     bad_src, bad_dst = src.clone(), dst.clone()
     bad_src[3], bad_dst[5] = 10, -1
-    out, _, flags = torch.ops.pyg_fast.gather_scatter(x, bad_src, bad_dst, None, 8, False)
     keep = torch.ones(50, dtype=torch.bool, device=device)
     keep[3] = keep[5] = False
-    assert flags.tolist() == [1, 1]
-    assert_close(out, reference(x, src[keep], dst[keep], None, 8, False), torch.float32)
+    kept_count = torch.bincount(dst[keep], minlength=8).clamp(min=1).float()
+    for features in (4, 0):  # without features only the counts (a mean's divisors) are made
+        out, divisor, flags = torch.ops.pyg_fast.gather_scatter(x[:, :features], bad_src, bad_dst, None, 8, mean)
+        assert flags.tolist() == [1, 1]
+        assert_close(out, reference(x[:, :features], src[keep], dst[keep], None, 8, mean), torch.float32)
+        if mean:  # skipped edges are not counted
+            assert torch.equal(divisor, kept_count)
     with pytest.raises(IndexError, match=r"'src_index' holds values outside \[0, 10\) \(x.size\(0\)\)"):
         gather_scatter(x, bad_src, dst, None, 8, "sum", "src_index|x.size(0)|dst_index|dim_size")
         pyg_fast.check_errors()

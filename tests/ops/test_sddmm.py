@@ -83,7 +83,8 @@ def test_dot_on_zoo_graphs(device, graph):
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.mem_get_info()[0] < 6 * 2 ** 30,
                     reason="needs CUDA and 6 GiB free")
 def test_dot_beyond_int32_counts_cuda():
-    """E * H = 2 ** 30 takes the CUDA dot kernel's 64-bit counters; spot-checked edges."""
+    """E * H = 2 ** 30 takes the CUDA dot kernel's 64-bit counters, with int64 or int32 edge
+    indices alike; spot-checked edges."""
     E, H, N = 2 ** 19, 2 ** 11, 64
     a = torch.randn(N, H, 1, device="cuda", dtype=torch.float16)
     b = torch.randn(N, H, 1, device="cuda", dtype=torch.float16)
@@ -94,7 +95,9 @@ def test_dot_beyond_int32_counts_cuda():
                         torch.arange(E - 64, E, device="cuda")])
     ref = (a.double()[a_index[picked]] * b.double()[b_index[picked]]).sum(-1)
     assert_close(out[picked], ref, torch.float16)
-    del out
+    narrow = torch.ops.pyg_fast.sddmm(a, b, a_index.int(), b_index.int(), "dot")
+    assert torch.equal(narrow, out)
+    del out, narrow
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

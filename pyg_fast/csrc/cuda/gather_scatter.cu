@@ -33,15 +33,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
   const FlagBuffer flags = in_ring ? flag_buffer(2, flag_slot, dst_index.options())
                                    : FlagBuffer{zeroed.narrow(0, 0, 2), zeroed.mutable_data_ptr<int64_t>()};
   auto divisor = at::empty({mean ? V : 0}, x.options());
+  const at::Tensor count = zeroed.narrow(0, in_ring ? 0 : 2, mean ? V : 0);
+  auto* count_ptr = mean ? reinterpret_cast<unsigned long long*>(count.mutable_data_ptr<int64_t>()) : nullptr;
+  const int64_t* src_ptr = src_index ? src_index->const_data_ptr<int64_t>() : nullptr;
+  if (E > 0 && (mean || F == 0)) {  // without features no scatter runs to check the edges
+    gather_scatter_count_kernel<<<coo_blocks(E), kGatherScatterThreads, 0, stream>>>(
+        src_ptr, dst_index.const_data_ptr<int64_t>(), N, V, E, count_ptr, flags.data);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  const bool scatter = E > 0 && F > 0;
+  if (mean && !scatter) divisor.copy_(count.clamp_min(1));  // nothing to divide: the counts only
   at::Tensor result;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "gather_scatter", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     constexpr bool kDirect = std::is_same_v<scalar_t, acc_t>;  // float, double: no separate sum
     const auto acc_options = x.options().dtype(c10::CppTypeToScalarType<acc_t>::value);
     at::Tensor acc = zeros_async({V, F}, acc_options);
-    const at::Tensor count = zeroed.narrow(0, in_ring ? 0 : 2, mean ? V : 0);
-    auto* count_ptr = mean ? reinterpret_cast<unsigned long long*>(count.mutable_data_ptr<int64_t>()) : nullptr;
-    if (E > 0 && (F > 0 || mean)) {
+    if (scatter) {
       const int vec = vector_width(x, F / H);
       const int lanes_log2 = row_lanes_log2(F, vec);
       const int64_t blocks = ((E << lanes_log2) + kGatherScatterThreads - 1) / kGatherScatterThreads;
@@ -49,9 +57,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
       const auto launch = [&](auto vec_constant, auto weighted) {
         gather_scatter_kernel<scalar_t, acc_t, decltype(vec_constant)::value, decltype(weighted)::value>
             <<<blocks, kGatherScatterThreads, 0, stream>>>(
-                x.const_data_ptr<scalar_t>(), src_index ? src_index->const_data_ptr<int64_t>() : nullptr,
-                dst_index.const_data_ptr<int64_t>(), w, N, V, E, F, H, lanes_log2,
-                acc.mutable_data_ptr<acc_t>(), count_ptr, flags.data);
+                x.const_data_ptr<scalar_t>(), src_ptr, dst_index.const_data_ptr<int64_t>(), w, N, V, E, F, H,
+                lanes_log2, acc.mutable_data_ptr<acc_t>(), count_ptr,
+                mean ? divisor.mutable_data_ptr<scalar_t>() : nullptr, flags.data);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       };
       const auto with_weight = [&](auto vec_constant) {
@@ -70,13 +78,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
       }
     }
     at::Tensor out = kDirect ? acc : at::empty({V, F}, x.options());
-    if (F == 0) {  // nothing to divide: the counts only
-      if (mean) divisor.copy_(count.clamp_min(1));
-    } else if ((!kDirect || mean) && V > 0) {
+    if (!kDirect && V > 0 && F > 0) {
       const RowsGrid grid = rows_grid(V, F);
       gather_scatter_finish_kernel<scalar_t, acc_t><<<grid.blocks, grid.threads, 0, stream>>>(
-          acc.const_data_ptr<acc_t>(), count_ptr, V, F, out.mutable_data_ptr<scalar_t>(),
-          mean ? divisor.mutable_data_ptr<scalar_t>() : nullptr);
+          acc.const_data_ptr<acc_t>(), V, F, out.mutable_data_ptr<scalar_t>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
     result = out;

@@ -94,15 +94,15 @@ void launch_dot(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_in
   int lanes = 1;  // adaptive: enough lanes to cover D in one pass of VEC-wide loads, at most a warp
   while (lanes < 32 && static_cast<int64_t>(lanes) * VEC < D) lanes *= 2;
   const bool narrow = fits_int32(E, H, a, b);
-  // int32 edge indices take int32 counters; where those do not fit (beyond 2^30 elements) both widen
+  // Counters (index_t) and edge indices (edge_t) are typed apart: int32 edge indices of a graph
+  // beyond 2^30 elements are read as they are, with int64 counters, not widened on every call
   const bool int32_edges = a_index.scalar_type() == at::kInt;
   auto launch = [&](auto lanes_tag) {
     constexpr int LANES = decltype(lanes_tag)::value;
     if (int32_edges && narrow) {
       launch_dot_with<scalar_t, int32_t, int32_t, LANES, VEC>(a, b, a_index, b_index, out, flags, stream);
     } else if (int32_edges) {
-      launch_dot_with<scalar_t, int64_t, int64_t, LANES, VEC>(a, b, a_index.to(at::kLong), b_index.to(at::kLong),
-                                                              out, flags, stream);
+      launch_dot_with<scalar_t, int64_t, int32_t, LANES, VEC>(a, b, a_index, b_index, out, flags, stream);
     } else if (narrow) {
       launch_dot_with<scalar_t, int32_t, int64_t, LANES, VEC>(a, b, a_index, b_index, out, flags, stream);
     } else {
