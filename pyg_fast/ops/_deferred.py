@@ -63,7 +63,7 @@ class _FlagRing:
     given it have run: every ``_FLAG_BLOCK`` checks, an event on the current stream of each device
     that used the block marks that (a kernel still queued on another stream when its slot comes
     round again, 4096 checks later, is not waited for)."""
-    __slots__ = ("address", "slots", "stride", "issued", "pending", "devices", "closed")
+    __slots__ = ("address", "slots", "stride", "issued", "pending", "devices", "closed", "open_scans")
 
     def __init__(self, address: int, slots: int, values: int):
         self.address, self.slots, self.stride = address, slots, values * 8
@@ -71,6 +71,7 @@ class _FlagRing:
         self.pending: Deque[Tuple[int, Optional[Messages]]] = deque()  # (n, messages; None once raised)
         self.devices: Set[int] = set()  # devices of the block being handed out
         self.closed: Deque[Tuple[int, List]] = deque()  # (checks before the block's end, its events)
+        self.open_scans = 0  # scans that read checks of the block being handed out
 
     def flags(self, first: int, count: int) -> bytes:
         """The flags of checks first .. first + count - 1, as bytes."""
@@ -113,13 +114,21 @@ def flag_slot(messages: Messages, device: torch.device) -> int:
         ring.devices.add(device.index if device.index is not None else torch.cuda.current_device())
         ring.issued = n + 1
         if ring.issued % _FLAG_BLOCK == 0:
-            events = []
-            for index in ring.devices:
-                events.append(torch.cuda.Event())
-                events[-1].record(torch.cuda.current_stream(index))
-            ring.closed.append((ring.issued, events))
-            ring.devices = set()
+            _close_block(ring)
         return n % ring.slots
+
+
+def _close_block(ring: _FlagRing) -> List:
+    """Ends the block being handed out: an event on the current stream of each device it used
+    marks when its kernels have run. Returns those events."""
+    events = []
+    for index in ring.devices:
+        events.append(torch.cuda.Event())
+        events[-1].record(torch.cuda.current_stream(index))
+    ring.closed.append((ring.issued, events))
+    ring.devices = set()
+    ring.open_scans = 0
+    return events
 
 
 def _scan_flags(ring: _FlagRing) -> None:
@@ -131,6 +140,13 @@ def _scan_flags(ring: _FlagRing) -> None:
         while ring.pending and ring.pending[0][0] < end:
             ring.pending.popleft()
     if ring.pending:
+        # A block that no further check fills (a graph checked in its first steps, then reused) is
+        # closed after as many scans as it holds checks: left open, every launch read its checks
+        # again (24 ring reads a GAT step on cora, 0.5 ms of an 8 ms profiled step, H200 host).
+        if ring.devices:
+            ring.open_scans += 1
+            if ring.open_scans >= _FLAG_BLOCK:
+                _close_block(ring)
         _raise_flags(ring, ring.issued)
 
 
@@ -236,12 +252,8 @@ def check_errors() -> None:
     ring = _flag_ring
     if ring is not None and ring.pending and not _capturing():
         with _lock:
-            events = [event for _, block in ring.closed for event in block]
-            for index in ring.devices:  # the block being handed out has no event yet
-                events.append(torch.cuda.Event())
-                events[-1].record(torch.cuda.current_stream(index))
-            ring.closed.append((ring.issued, events))
-            ring.devices = set()
+            # the block being handed out has no event yet
+            events = [event for _, block in ring.closed for event in block] + _close_block(ring)
         for event in events:
             event.synchronize()
     if _in_flight and not _capturing():

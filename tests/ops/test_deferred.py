@@ -175,6 +175,42 @@ def test_the_flag_ring_on_stubbed_cuda_events(monkeypatch):
     assert not ring.pending and not ring.closed
 
 
+def test_an_unfilled_flag_block_closes_after_as_many_scans(monkeypatch):
+    """Checks that no later check follows into their block (a graph checked once, then reused) are
+    read by the polls until _FLAG_BLOCK polls have passed; then the block closes, and once its
+    event has run they retire and the polls stop reading the ring. A flag raised before that
+    still raises."""
+    import ctypes
+    from pyg_fast.ops import _deferred
+    monkeypatch.setattr(_deferred, "_capturing", lambda: False)
+    buffer = ctypes.create_string_buffer(8 * 8 * 8)
+    ring = _deferred._FlagRing(ctypes.addressof(buffer), 8, 8)
+    monkeypatch.setattr(_deferred, "_flag_ring", ring)
+    monkeypatch.setattr(_deferred, "_FLAG_BLOCK", 4)
+    monkeypatch.setattr(torch.cuda, "Event", _StubEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    _StubEvent.recorded.clear()
+    reads = []
+    flags = _deferred._FlagRing.flags
+    monkeypatch.setattr(_deferred._FlagRing, "flags", lambda self, *a: reads.append(a) or flags(self, *a))
+    gpu = torch.device("cuda", 0)
+    slots = [_deferred.flag_slot([(IndexError, f"a{n}")], gpu) for n in range(2)]
+    for _ in range(3):
+        _deferred.poll()
+    assert len(reads) == 3 and not _StubEvent.recorded  # open: read on every poll
+    ctypes.memmove(ctypes.addressof(buffer) + slots[1] * 64, (1).to_bytes(8, "little"), 8)
+    with pytest.raises(IndexError, match="^a1 "):
+        _deferred.poll()  # the fourth scan: the block closes behind it
+    assert len(_StubEvent.recorded) == 1 and len(ring.pending) == 2
+    _StubEvent.recorded[0].done = True
+    _deferred.poll()
+    assert not ring.pending and not ring.closed
+    count = len(reads)
+    for _ in range(10):
+        _deferred.poll()
+    assert len(reads) == count  # retired: the polls no longer read the ring
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 def test_checks_on_two_gpus_of_one_process():
     """Each GPU's checks reach the host, in turn and with another GPU current (one ring of
