@@ -119,6 +119,21 @@ def test_the_pinned_rings_on_stubbed_cuda_events(monkeypatch):
     assert not _deferred._in_flight and len(other.free) == 4 and len(ring.free) == 4
 
 
+def _stub_flag_ring(monkeypatch, slots: int, block: int):
+    """(buffer, ring): a flag ring of ``slots`` slots of 8 flags in a host buffer, closed into
+    blocks of ``block`` checks, with CUDA's events and streams stubbed."""
+    import ctypes
+    from pyg_fast.ops import _deferred
+    buffer = ctypes.create_string_buffer(slots * 8 * 8)
+    ring = _deferred._FlagRing(ctypes.addressof(buffer), slots, 8)
+    monkeypatch.setattr(_deferred, "_flag_ring", ring)
+    monkeypatch.setattr(_deferred, "_FLAG_BLOCK", block)
+    monkeypatch.setattr(torch.cuda, "Event", _StubEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    _StubEvent.recorded.clear()
+    return buffer, ring
+
+
 def test_the_flag_ring_on_stubbed_cuda_events(monkeypatch):
     """The flag ring's bookkeeping on the CPU, its memory a host buffer that the test writes as a
     kernel would and CUDA's events stubbed: a raised flag raises its message once, at the next
@@ -130,13 +145,7 @@ def test_the_flag_ring_on_stubbed_cuda_events(monkeypatch):
     if not hasattr(torch.ops.pyg_fast, "flag_ring"):  # a build without CUDA has no ring to hand out
         monkeypatch.setattr(_deferred, "_flag_ring", None)
         assert _deferred.flag_slot([(IndexError, "a")], torch.device("cuda", 0)) == -1
-    buffer = ctypes.create_string_buffer(4 * 8 * 8)  # 4 slots of 8 flags
-    ring = _deferred._FlagRing(ctypes.addressof(buffer), 4, 8)
-    monkeypatch.setattr(_deferred, "_flag_ring", ring)
-    monkeypatch.setattr(_deferred, "_FLAG_BLOCK", 2)
-    monkeypatch.setattr(torch.cuda, "Event", _StubEvent)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
-    _StubEvent.recorded.clear()
+    buffer, ring = _stub_flag_ring(monkeypatch, 4, 2)
     gpu = torch.device("cuda", 0)
 
     def raise_flag(slot, k):  # what a kernel that finds a bad index does
@@ -183,13 +192,7 @@ def test_an_unfilled_flag_block_closes_after_as_many_scans(monkeypatch):
     import ctypes
     from pyg_fast.ops import _deferred
     monkeypatch.setattr(_deferred, "_capturing", lambda: False)
-    buffer = ctypes.create_string_buffer(8 * 8 * 8)
-    ring = _deferred._FlagRing(ctypes.addressof(buffer), 8, 8)
-    monkeypatch.setattr(_deferred, "_flag_ring", ring)
-    monkeypatch.setattr(_deferred, "_FLAG_BLOCK", 4)
-    monkeypatch.setattr(torch.cuda, "Event", _StubEvent)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
-    _StubEvent.recorded.clear()
+    buffer, ring = _stub_flag_ring(monkeypatch, 8, 4)
     reads = []
     flags = _deferred._FlagRing.flags
     monkeypatch.setattr(_deferred._FlagRing, "flags", lambda self, *a: reads.append(a) or flags(self, *a))
