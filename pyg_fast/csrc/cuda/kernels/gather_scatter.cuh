@@ -64,8 +64,8 @@ __global__ void __launch_bounds__(kGatherScatterThreads) gather_scatter_count_ke
 // 2^lanes_log2 threads per edge, VEC features each per step: out[dst[e]] += weight[e, h] *
 // x[src[e]] (src == nullptr: x[e]), divided by count[dst[e]] (at least 1) where a mean's complete
 // `count` is given: each value is divided before its add, so that no pass over the sums divides
-// them after (169 k rows of 64 floats: 43 us a call, H200), and `divisor` [num_dst] gets the
-// divisors. An edge with an end out of range is skipped and raises its flag.
+// them after (a fresh mean of 1.17 M rows of 64 floats into 169 k: 282 -> 240 us, H200), and
+// `divisor` [num_dst] gets the divisors. An edge with an end out of range is skipped and raises its flag.
 template <typename scalar_t, typename acc_t, int VEC, bool WEIGHTED>
 __global__ void __launch_bounds__(kGatherScatterThreads) gather_scatter_kernel(
     const scalar_t* __restrict__ x, const int64_t* __restrict__ src, const int64_t* __restrict__ dst,
