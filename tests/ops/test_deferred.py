@@ -327,6 +327,24 @@ def test_layer_on_a_new_graph_never_synchronises(kind):
     pyg_fast.check_errors()
 
 
+@needs_cuda
+@pytest.mark.parametrize("kind", list(LAYERS))
+def test_a_reused_graph_leaves_no_check_pending(kind):
+    """A graph's checks, made in its first steps, retire once their kernels have run even where
+    no later check fills their block of the flag ring: the launches of the steps after them find
+    nothing pending to read."""
+    from pyg_fast.ops import _deferred
+    pyg_fast.check_errors()
+    fast = pyg_fast.nn.convert(LAYERS[kind]().cuda())
+    x = torch.randn(60, 16, device="cuda", requires_grad=True)
+    edge_index = random_graph(60, 500, "cuda")
+    for _ in range(2 * _deferred._FLAG_BLOCK):
+        fast(x, edge_index).square().sum().backward()
+    torch.cuda.synchronize()
+    fast(x, edge_index)  # its launches poll: the ring's checks have run
+    assert _deferred._flag_ring is None or not _deferred._flag_ring.pending
+
+
 def test_messages_name_the_arguments_passed():
     x = torch.randn(10, 4)
     src, dst = torch.tensor([0, 1, 2, 3]), torch.tensor([0, 0, 1, 2])
