@@ -60,9 +60,10 @@ LATE = ("(reported once the check reached the host: on CUDA index checks run beh
 class _FlagRing:
     """The pinned ring the CUDA checks raise their flags in (``pyg_fast::flag_ring``), in slots of
     ``stride`` bytes handed out in order. A slot may be handed out again once the kernels that were
-    given it have run: every ``_FLAG_BLOCK`` checks, an event on the current stream of each device
-    that used the block marks that (a kernel still queued on another stream when its slot comes
-    round again, 4096 checks later, is not waited for)."""
+    given it have run: every ``_FLAG_BLOCK`` checks (or ``_FLAG_BLOCK`` scans of a block that no
+    further check fills), an event on the current stream of each device that used the block marks
+    that (a kernel still queued on another stream when its slot comes round again, 4096 checks
+    later, is not waited for)."""
     __slots__ = ("address", "slots", "stride", "issued", "pending", "devices", "closed", "open_scans")
 
     def __init__(self, address: int, slots: int, values: int):
