@@ -335,6 +335,7 @@ def test_a_reused_graph_leaves_no_check_pending(kind):
     nothing pending to read."""
     from pyg_fast.ops import _deferred
     pyg_fast.check_errors()
+    issued = 0 if _deferred._flag_ring is None else _deferred._flag_ring.issued
     fast = pyg_fast.nn.convert(LAYERS[kind]().cuda())
     x = torch.randn(60, 16, device="cuda", requires_grad=True)
     edge_index = random_graph(60, 500, "cuda")
@@ -342,7 +343,9 @@ def test_a_reused_graph_leaves_no_check_pending(kind):
         fast(x, edge_index).square().sum().backward()
     torch.cuda.synchronize()
     fast(x, edge_index)  # its launches poll: the ring's checks have run
-    assert _deferred._flag_ring is None or not _deferred._flag_ring.pending
+    ring = _deferred._flag_ring
+    assert ring is not None and ring.issued > issued  # the new graph was checked in the ring
+    assert not ring.pending
 
 
 def test_messages_name_the_arguments_passed():
