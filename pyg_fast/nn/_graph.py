@@ -1,8 +1,8 @@
 """Graph inputs of the fused layers: accepted formats and per-graph layouts.
 
 The layers run every edge-wise kernel on edges grouped by destination (CSR). ``by_destination``
-builds that grouping on the graph's device without a host synchronisation (a sort, or none
-for an ``EdgeIndex`` sorted by destination) and, in eager mode, caches it with the
+builds that grouping on the graph's device without a host synchronisation (a stable sort, or
+none for an ``EdgeIndex`` sorted by destination) and, in eager mode, caches it with the
 ``edge_index`` tensor (``pyg_fast.ops._layout.cached``), so layers and steps that share a graph
 prepare it once, and a new graph every step costs only the preparation kernels.
 """

@@ -196,8 +196,8 @@ def range_message(name: str, size, size_name: str) -> _deferred.Message:
 def _csr_layout(index: Tensor, num_segments: int, is_sorted: bool, src: Optional[Tensor], src_bound: Optional[Tensor],
                 names: str, owner: Optional[Tensor] = None, with_perm: bool = True) -> Tuple[Tensor, Tensor, Tensor]:
     """(ptr [num_segments + 1], perm [E] (empty where ``is_sorted`` or not ``with_perm``), src[perm]
-    [E] (empty without ``src``)): the rows of ``index`` grouped by value (``pyg_fast::coo_to_csr``:
-    in input order within a segment unless on CUDA without deterministic algorithms), validated (``src`` against [0, src_bound.size(0)) where ``src_bound`` is given). ``names``:
+    [E] (empty without ``src``)): the rows of ``index`` grouped by value with a stable sort,
+    validated (``src`` against [0, src_bound.size(0)) where ``src_bound`` is given). ``names``:
     'index name|size name|src name|src size name' for the messages. A caller that never reads
     the permutation says so (``with_perm=False``): where a graph is recorded every output is a
     copy, and the permutation of 23 M edges is 184 MB.

@@ -20,7 +20,7 @@ def index_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optional[Tenso
         \mathrm{out}_i = \bigoplus_{e \,:\, \mathrm{dst}_e = i} x_{\mathrm{src}_e}
 
     without materialising ``x[src_index]``. Destinations come from ``dst_index``
-    (COO, in any order; grouped as ``segment_reduce`` groups an index, cached with the tensor in eager mode, or
+    (COO, in any order; grouped by a stable sort, cached with the tensor in eager mode, or
     for the first sums and means over it, reduced with atomics without a grouping) or a CSR
     ``ptr`` over the edges. ``x`` is ``[N, *]``; the result is ``[dim_size, *]``.
     """

@@ -26,13 +26,11 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
     number of slices). Empty segments give 0, as in PyG. Max and min split the gradient
     evenly among tied extrema, like :meth:`torch.Tensor.scatter_reduce`.
 
-    An ``index`` is grouped on its device by a sort (stable, except on CUDA without
-    deterministic algorithms, where a counting sort places a segment's rows in any order; skipped
-    where ``sorted=True`` promises order, or on the CPU where it is found sorted); in eager mode
-    the grouping is cached with the index tensor, and the first reductions over an index (with
-    ``dim_size`` given; the extrema in eager mode) use atomics instead, without a grouping. Index
-    values are checked without a host synchronisation (see ``pyg_fast.config``); pass
-    ``dim_size``, else it is read
+    An ``index`` is grouped by a stable sort on its device (skipped where ``sorted=True``
+    promises order, or on the CPU where it is found sorted); in eager mode the grouping is
+    cached with the index tensor, and the first reductions over an index (with
+    ``dim_size`` given; the extrema in eager mode) use atomics instead, without a grouping. Index values are checked
+    without a host synchronisation (see ``pyg_fast.config``); pass ``dim_size``, else it is read
     from the index (one).
 
     Args:

@@ -1,6 +1,5 @@
 // CUDA bindings of the per-graph preparation ops; the kernels in kernels/layout.cuh. No host
 // synchronisation: sizes come from the caller, errors travel as flags (flag_ring.cuh).
-#include <ATen/Context.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
@@ -15,7 +14,6 @@
 #include <tuple>
 
 #include "../ops/layout.h"
-#include "coo_launch.cuh"
 #include "flag_ring.cuh"
 #include "kernels/layout.cuh"
 
@@ -48,35 +46,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> coo_to_csr(const at::
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return {ptr, perm, src_sorted, flags.tensor};
   }
-  if (!at::globalContext().deterministicAlgorithms()) {
-    // A counting sort: a segment's rows in the order their atomics ran. Five launches where the
-    // stable radix sort below takes 14 (arxiv_like, 1.17 M rows into 169 k, H200: 74 us of kernels,
-    // three onesweep passes 52 of them).
-    auto counts = zeros_async({V + 2}, opts.dtype(at::kInt));
-    auto rank = at::empty({E}, opts.dtype(at::kInt));
-    auto* c = reinterpret_cast<uint32_t*>(counts.mutable_data_ptr<int32_t>());
-    if (E > 0) {
-      coo_count_kernel<<<blocks_for(E), kLayoutThreadsPerBlock, 0, stream>>>(
-          index.const_data_ptr<int64_t>(), E, V, c, rank.mutable_data_ptr<int32_t>(), f);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    }
-    size_t temp_bytes = 0;  // 32-bit sums: they stay below 2^31
-    C10_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, temp_bytes, c, ptr.mutable_data_ptr<int64_t>(), V + 1,
-                                                 stream));
-    auto temp = at::empty({static_cast<int64_t>(temp_bytes)}, opts.dtype(at::kByte));
-    C10_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp.mutable_data_ptr(), temp_bytes, c,
-                                                 ptr.mutable_data_ptr<int64_t>(), V + 1, stream));
-    if (E > 0) {
-      coo_place_kernel<<<blocks_for(E), kLayoutThreadsPerBlock, 0, stream>>>(
-          index.const_data_ptr<int64_t>(), E, V, ptr.const_data_ptr<int64_t>(), rank.const_data_ptr<int32_t>(), s,
-          src_bound, perm.mutable_data_ptr<int64_t>(), ss, f);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    }
-    return {ptr, perm, src_sorted, flags.tensor};
-  }
-  // Deterministic algorithms asked for: a stable sort. Keys and row numbers, then a radix sort
-  // over the bits of V only (17 bits for 122 k nodes: 3 passes where torch.sort's int64 keys take
-  // 8), then the pointer and the sources.
+  // Keys and row numbers, then a radix sort over the bits of V only (17 bits for 122 k nodes: 3
+  // passes where torch.sort's int64 keys take 8), then the pointer and the sources.
   auto keys = at::empty({2, E}, opts.dtype(at::kInt));
   auto* keys_in = reinterpret_cast<uint32_t*>(keys.mutable_data_ptr<int32_t>());
   uint32_t* keys_out = keys_in + E;

@@ -3,10 +3,9 @@
 #include <torch/library.h>
 
 TORCH_LIBRARY_FRAGMENT(pyg_fast, m) {
-  // The rows of index [E] (int64) grouped by value into num_segments segments, in input order
-  // within a segment except on CUDA where deterministic algorithms are not asked for: (ptr
-  // [V + 1], perm [E] (the rows in grouped order; empty where is_sorted), src[perm] [E] (empty
-  // without src), flags int64 [3]). Values outside [0, V) are grouped after
+  // The rows of index [E] (int64) grouped by value with a stable sort into num_segments
+  // segments: (ptr [V + 1], perm [E] (the rows in grouped order; empty where is_sorted),
+  // src[perm] [E] (empty without src), flags int64 [3]). Values outside [0, V) are grouped after
   // every segment (ptr[V] counts the valid rows) and raise flags[0]; src values outside
   // [0, src_bound) raise flags[1] (src_bound < 0: unchecked); with is_sorted the index is taken
   // as it is, and a value below its predecessor raises flags[2]. flag_slot >= 0 (CUDA): the flags

@@ -74,38 +74,6 @@ __global__ void coo_keys_kernel(const int64_t* __restrict__ index, int64_t E, in
   rows[e] = e;
 }
 
-// coo_to_csr's counting sort, where the order of a segment's rows may vary (deterministic
-// algorithms not asked for): counts[k + 1] gains the rows of key k (k = V: invalid values, after
-// every segment) and rank[e] is row e's place among its key's rows, the atomic's old value. Plain
-// 32-bit atomics (E < 2^31): arxiv_like's 1.17 M rows into 169 k took 20 us in random order, 14
-// sorted, where 64-bit atomics aggregated over a warp's lanes with the same key took 41 and 13
-// (H200). Raises kFlagIndexRange.
-__global__ void coo_count_kernel(const int64_t* __restrict__ index, int64_t E, int64_t V, uint32_t* __restrict__ counts,
-                                 int32_t* __restrict__ rank, int64_t* __restrict__ flags) {
-  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (e >= E) return;
-  const int64_t value = index[e];
-  if (!layout_valid(value, V)) flags[kFlagIndexRange] = 1;
-  rank[e] = static_cast<int32_t>(atomicAdd(counts + layout_key(value, V) + 1, 1u));
-}
-
-// Places row e at ptr[key] + rank[e] (ptr: the inclusive scan of counts[0:V + 1], so ptr[V]
-// counts the valid rows and the invalid ones follow it); src_sorted as in coo_finish_kernel.
-__global__ void coo_place_kernel(const int64_t* __restrict__ index, int64_t E, int64_t V,
-                                 const int64_t* __restrict__ ptr, const int32_t* __restrict__ rank,
-                                 const int64_t* __restrict__ src, int64_t src_bound, int64_t* __restrict__ perm,
-                                 int64_t* __restrict__ src_sorted, int64_t* __restrict__ flags) {
-  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (e >= E) return;
-  const int64_t at = ptr[layout_key(index[e], V)] + rank[e];
-  perm[at] = e;
-  if (src != nullptr) {
-    const int64_t s = src[e];
-    if (src_bound >= 0 && (s < 0 || s >= src_bound)) flags[kFlagSrcRange] = 1;
-    src_sorted[at] = s;
-  }
-}
-
 // The rest of coo_to_csr, one thread per pointer entry and per row: ptr[r] = the first sorted
 // position of a key >= r (r <= V); src_sorted[i] = src[perm[i]] (src[i] without perm) with
 // kFlagSrcRange where it is outside [0, src_bound) (src_bound < 0: not checked); without perm
