@@ -42,36 +42,36 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> coo_to_csr(const at::
   if (is_sorted) {
     coo_finish_kernel<<<blocks, kLayoutThreadsPerBlock, 0, stream>>>(
         IndexKeys{index.const_data_ptr<int64_t>(), V}, index.const_data_ptr<int64_t>(), E, V, nullptr, s, src_bound,
-        ptr.mutable_data_ptr<int64_t>(), ss, f);
+        ptr.mutable_data_ptr<int64_t>(), nullptr, ss, f);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return {ptr, perm, src_sorted, flags.tensor};
   }
   // Keys and row numbers, then a radix sort over the bits of V only (17 bits for 122 k nodes: 3
-  // passes where torch.sort's int64 keys take 8), then the pointer and the sources. Stable, so
-  // two groupings of one index agree: a counting sort with atomic ranks (49 against 71 us of
-  // kernels, arxiv_like, H200) broke a compiled SpMM's weight gradient, which paired one
-  // grouping's permutation with another's sources (relative error 0.64).
-  auto keys = at::empty({2, E}, opts.dtype(at::kInt));
-  auto* keys_in = reinterpret_cast<uint32_t*>(keys.mutable_data_ptr<int32_t>());
+  // passes where torch.sort's int64 keys take 8), then the pointer, the row numbers widened and
+  // the sources. Stable, so two groupings of one index agree: a counting sort with atomic ranks
+  // (49 against 71 us of kernels, arxiv_like, H200) broke a compiled SpMM's weight gradient, which
+  // paired one grouping's permutation with another's sources (relative error 0.64). 32-bit row
+  // numbers took the whole grouping from 89 to 82 us (arxiv_like, H200).
+  auto buf = at::empty({4, E}, opts.dtype(at::kInt));
+  auto* keys_in = reinterpret_cast<uint32_t*>(buf.mutable_data_ptr<int32_t>());
   uint32_t* keys_out = keys_in + E;
+  uint32_t* rows_in = keys_in + 2 * E;
+  uint32_t* rows_out = keys_in + 3 * E;
   if (E > 0) {
-    auto rows = at::empty({E}, opts);
-    coo_keys_kernel<<<blocks_for(E), kLayoutThreadsPerBlock, 0, stream>>>(
-        index.const_data_ptr<int64_t>(), E, V, keys_in, rows.mutable_data_ptr<int64_t>(), f);
+    coo_keys_kernel<<<blocks_for(E), kLayoutThreadsPerBlock, 0, stream>>>(index.const_data_ptr<int64_t>(), E, V,
+                                                                           keys_in, rows_in, f);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     const int bits = layout_key_bits(V);
     size_t temp_bytes = 0;
-    C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys_in, keys_out,
-                                                   rows.const_data_ptr<int64_t>(), perm.mutable_data_ptr<int64_t>(),
+    C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys_in, keys_out, rows_in, rows_out,
                                                    static_cast<int>(E), 0, bits, stream));
     auto temp = at::empty({static_cast<int64_t>(temp_bytes)}, opts.dtype(at::kByte));
-    C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.mutable_data_ptr(), temp_bytes, keys_in, keys_out,
-                                                   rows.const_data_ptr<int64_t>(), perm.mutable_data_ptr<int64_t>(),
-                                                   static_cast<int>(E), 0, bits, stream));
+    C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.mutable_data_ptr(), temp_bytes, keys_in, keys_out, rows_in,
+                                                   rows_out, static_cast<int>(E), 0, bits, stream));
   }
   coo_finish_kernel<<<blocks, kLayoutThreadsPerBlock, 0, stream>>>(
-      SortedKeys{keys_out}, index.const_data_ptr<int64_t>(), E, V, perm.const_data_ptr<int64_t>(), s, src_bound,
-      ptr.mutable_data_ptr<int64_t>(), ss, f);
+      SortedKeys{keys_out}, index.const_data_ptr<int64_t>(), E, V, rows_out, s, src_bound,
+      ptr.mutable_data_ptr<int64_t>(), perm.mutable_data_ptr<int64_t>(), ss, f);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {ptr, perm, src_sorted, flags.tensor};
 }

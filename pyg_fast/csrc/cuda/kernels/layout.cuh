@@ -62,37 +62,43 @@ PF_HOST_DEVICE int64_t looped_ptr(const int64_t* __restrict__ ptr, int64_t v, in
 }
 
 #if defined(__CUDACC__)
-// Keys for the radix sort (each value's segment, as 32 bits) and the row numbers it permutes;
-// raises kFlagIndexRange.
+// Keys for the radix sort (each value's segment, as 32 bits) and the row numbers it permutes, as
+// 32 bits too (the sort takes an int count of rows): 16 bytes a row a pass instead of 24; raises
+// kFlagIndexRange.
 __global__ void coo_keys_kernel(const int64_t* __restrict__ index, int64_t E, int64_t V, uint32_t* __restrict__ keys,
-                                int64_t* __restrict__ rows, int64_t* __restrict__ flags) {
+                                uint32_t* __restrict__ rows, int64_t* __restrict__ flags) {
   const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (e >= E) return;
   const int64_t value = index[e];
   if (!layout_valid(value, V)) flags[kFlagIndexRange] = 1;
   keys[e] = static_cast<uint32_t>(layout_key(value, V));
-  rows[e] = e;
+  rows[e] = static_cast<uint32_t>(e);
 }
 
 // The rest of coo_to_csr, one thread per pointer entry and per row: ptr[r] = the first sorted
-// position of a key >= r (r <= V); src_sorted[i] = src[perm[i]] (src[i] without perm) with
-// kFlagSrcRange where it is outside [0, src_bound) (src_bound < 0: not checked); without perm
-// (a declared-sorted index, read directly) kFlagIndexRange and kFlagNotSorted are raised here.
+// position of a key >= r (r <= V); perm[i] = rows[i], the sorted row numbers widened to int64;
+// src_sorted[i] = src[perm[i]] (src[i] without rows) with kFlagSrcRange where it is outside
+// [0, src_bound) (src_bound < 0: not checked); without rows (a declared-sorted index, read
+// directly) kFlagIndexRange and kFlagNotSorted are raised here.
 template <typename KeyAt>
 __global__ void coo_finish_kernel(KeyAt key, const int64_t* __restrict__ index, int64_t E, int64_t V,
-                                  const int64_t* __restrict__ perm, const int64_t* __restrict__ src, int64_t src_bound,
-                                  int64_t* __restrict__ ptr, int64_t* __restrict__ src_sorted,
-                                  int64_t* __restrict__ flags) {
+                                  const uint32_t* __restrict__ rows, const int64_t* __restrict__ src, int64_t src_bound,
+                                  int64_t* __restrict__ ptr, int64_t* __restrict__ perm,
+                                  int64_t* __restrict__ src_sorted, int64_t* __restrict__ flags) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i <= V) ptr[i] = layout_lower_bound(key, E, i);
   if (i >= E) return;
-  if (perm == nullptr) {
+  int64_t row = i;
+  if (rows == nullptr) {
     const int64_t value = index[i];
     if (!layout_valid(value, V)) flags[kFlagIndexRange] = 1;
     if (i > 0 && value < index[i - 1]) flags[kFlagNotSorted] = 1;
+  } else {
+    row = rows[i];
+    perm[i] = row;
   }
   if (src != nullptr) {
-    const int64_t s = src[perm == nullptr ? i : perm[i]];
+    const int64_t s = src[row];
     if (src_bound >= 0 && (s < 0 || s >= src_bound)) flags[kFlagSrcRange] = 1;
     src_sorted[i] = s;
   }

@@ -69,9 +69,11 @@ __device__ __forceinline__ void reduce_all(acc_t (&v)[UNROLL]) {
 // D = 64: 0.126 -> 0.089 ms with the launcher's grid). Offsets too: widening only them to 64 bits
 // cost 6-25% (0.110 vs 0.096 ms there, cold L2). edge_t: the type of the edge index arrays; int32
 // copies of a reused graph's halve the index bytes (D = 64: arxiv_like 98 -> 78 us, reddit2_like
-// 1.40 -> 1.10 ms, H200).
+// 1.40 -> 1.10 ms, H200). Four resident blocks are asked for with int32 index_t: int64 edge
+// arrays (a new graph's) otherwise take the kernel past 64 registers and down to 3 blocks
+// (arxiv_like D = 64, fresh: 122 -> 105 us; reused unchanged at 84, H200).
 template <typename scalar_t, typename acc_t, typename index_t, typename edge_t, int LANES, int VEC, int UNROLL>
-__global__ void __launch_bounds__(kSddmmThreadsPerBlock)
+__global__ void __launch_bounds__(kSddmmThreadsPerBlock, sizeof(index_t) == 4 ? 4 : 1)
     sddmm_dot_kernel(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b,
                      const edge_t* __restrict__ a_index, const edge_t* __restrict__ b_index,
                      scalar_t* __restrict__ out, index_t num_edges, index_t heads, index_t dim, index_t num_a,
