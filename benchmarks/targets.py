@@ -44,6 +44,14 @@ class Results:
                 cases.setdefault(key, (r["case"], {}))[1][r["method"]] = r
         return [(case, by) for case, by in cases.values() if "pyg_fast" in by]
 
+    def gpu(self, record: dict) -> Optional[str]:
+        """The GPU a record was measured on: its own origin (a suite merged case by case), else
+        the run that measured its suite."""
+        if record.get("origin"):
+            return record["origin"].get("gpu")
+        run = next((r for r in self.env.get("runs") or [] if record["suite"] in r.get("suites", ())), self.env)
+        return run.get("gpu")
+
 
 class Report:
     def __init__(self):
@@ -298,11 +306,17 @@ def issue28(res: Results, rep: Report) -> None:
                    geomean(v for _, v in rows), 2.0)
         rep.target(28, "sddmm dot never slower than torch.sparse.sampled_addmm (slowest case)",
                    min(v for _, v in rows), 1.0, detail=_worst(rows, ("graph", "F"), 4))
-    rows = [(c, SDDMM_RESEARCH_MS[c["graph"]][c["F"]] / by["pyg_fast"]["ms"]) for c, by in sddmm
-            if c["F"] in SDDMM_RESEARCH_MS.get(c["graph"], {})]
-    if rows:
-        rep.target(28, "sddmm dot vs the research kernel's table (slowest case)", min(v for _, v in rows), 1.0,
-                   detail=_worst(rows, ("graph", "F"), 6))
+    # The table was measured on an H100: a record from another GPU is shown, not counted.
+    rows = [(c, SDDMM_RESEARCH_MS[c["graph"]][c["F"]] / by["pyg_fast"]["ms"], res.gpu(by["pyg_fast"]) or "")
+            for c, by in sddmm if c["F"] in SDDMM_RESEARCH_MS.get(c["graph"], {})]
+    h100 = [(c, v) for c, v, gpu in rows if "H100" in gpu]
+    if h100:
+        rep.target(28, "sddmm dot vs the research kernel's table (slowest case)", min(v for _, v in h100), 1.0,
+                   detail=_worst(h100, ("graph", "F"), 6))
+    elif rows:
+        rep.target(28, "sddmm dot vs the research kernel's table (slowest case)", math.nan, 1.0,
+                   detail="not measured on an H100, the table's GPU; on " + ", ".join(sorted({g for *_, g in rows}))
+                   + " the slowest case reads " + _worst([(c, v) for c, v, _ in rows], ("graph", "F"), 1))
     cases = res.times("selector_heldout")
     ratios = [(c, by["selector"]["ms"] / by["exhaustive_best"]["ms"]) for c, by in cases
               if "selector" in by and "exhaustive_best" in by]
