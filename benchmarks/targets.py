@@ -10,6 +10,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
+from benchmarks.merge_results import _origin
+
 LARGE_GRAPHS = ("arxiv_like", "reddit2_like")
 BENCH_GRAPHS = ("cora", "pubmed") + LARGE_GRAPHS  # issue 2's graphs; issue 28 reads the zoo's too
 AMORTISED_OVER = 20  # issue 5: Reorder must pay for itself within this many training iterations (suite "reorder": 2 layers each)
@@ -47,10 +49,7 @@ class Results:
     def gpu(self, record: dict) -> Optional[str]:
         """The GPU a record was measured on: its own origin (a suite merged case by case), else
         the run that measured its suite."""
-        if record.get("origin"):
-            return record["origin"].get("gpu")
-        run = next((r for r in self.env.get("runs") or [] if record["suite"] in r.get("suites", ())), self.env)
-        return run.get("gpu")
+        return (record.get("origin") or _origin({"env": self.env}, record["suite"])).get("gpu")
 
 
 class Report:
