@@ -5,6 +5,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from pyg_fast import tuning
 from pyg_fast.ops import _layout
 from pyg_fast.ops._checks import check_dim, check_float, check_index_tensor, check_reduce
 from pyg_fast.ops._kernels import (COO_REDUCES, coo_reported, coo_route, gather_scatter, keep_rows, kept_key,
@@ -29,7 +30,8 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
     An ``index`` is grouped by a stable sort on its device (skipped where ``sorted=True``
     promises order, or on the CPU where it is found sorted); in eager mode the grouping is
     cached with the index tensor, and the first reductions over an index (with
-    ``dim_size`` given; the extrema in eager mode) use atomics instead, without a grouping. Index values are checked
+    ``dim_size`` given; the extrema in eager mode, over rows narrower or fewer than
+    ``tuning.EXTREMUM_GROUPED_FROM``) use atomics instead, without a grouping. Index values are checked
     without a host synchronisation (see ``pyg_fast.config``); pass ``dim_size``, else it is read
     from the index (one).
 
@@ -62,8 +64,9 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
         check_index_tensor(index, "index", num_rows, src.device)
         index = _layout.as_long(index)
         # the extrema's COO route reports in eager mode only; recorded, they keep the grouping
-        if (reduce in COO_REDUCES or _layout.eager(index)) and coo_route(index, ("segment_reduce", dim_size),
-                                                                          src3.numel()):
+        if (reduce in COO_REDUCES or (_layout.eager(index) and not tuning.extremum_grouped(
+                index.device.type, num_rows, src3.size(2)))) and coo_route(index, ("segment_reduce", dim_size),
+                                                                           src3.numel()):
             # rows as [E, F] without a select of src3 and a view back (2.8 us a fresh call, CPU host)
             whole = dim == 0 and src.dim() == 2
             rows = src if whole else src.reshape(num_rows, src3.size(2))

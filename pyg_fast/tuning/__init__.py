@@ -58,6 +58,22 @@ PATCH_MIN_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 21, "cuda": 2 ** 25}
 # against 1.2.
 COO_MAX_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 20, "cuda": 96 * 2 ** 20}
 
+# A max or min over an index's first uses (``segment_reduce``'s COO route, ``scatter_extremum``)
+# groups the index instead from (features a row, values) on, per device type: its atomics read
+# every target row before they write, and at wide rows over many edges those scattered reads cost
+# more than the grouping. A new index in random order, device us, COO / grouped (H200):
+# arxiv_like (1.17 M rows) F = 32: 184 / 257, F = 64: 340 / 303; a 898 k-row grid graph F = 32:
+# 202 / 235, F = 64: 382 / 246; a sampled reddit2_like batch (217 k rows) F = 64: 98 / 132, F = 128
+# (26 M values): 171 / 267; reddit2_like (23 M rows) F = 4: 734 / 1450.
+EXTREMUM_GROUPED_FROM: Dict[str, Tuple[int, int]] = {"cuda": (64, 2 ** 25)}
+
+
+def extremum_grouped(device_type: str, rows: int, features: int) -> bool:
+    """Whether a max or min over a new index of ``rows`` rows of ``features`` values groups the
+    index rather than take the COO route (``EXTREMUM_GROUPED_FROM``)."""
+    bound = EXTREMUM_GROUPED_FROM.get(device_type)
+    return bound is not None and features >= bound[0] and rows * features > bound[1]
+
 # A gather-reduce whose source rows are each read by many edges (at least this many edges a source
 # row, per device type) and together exceed twice the innermost cache and half the outermost runs
 # as feature slices of one cache line a row, one after the other, where a slice's rows fit in 1.5

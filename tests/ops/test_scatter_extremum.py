@@ -53,6 +53,24 @@ def test_segment_reduce_first_uses_take_no_grouping(device, reduce, route):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduce", ["max", "min"])
+def test_wide_rows_of_a_new_index_are_grouped(device, reduce, monkeypatch):
+    """A max or min over a new index groups it where ``tuning.EXTREMUM_GROUPED_FROM`` finds its rows
+    wide and its values many enough, and runs scatter_extremum otherwise; both match float64."""
+    from pyg_fast import tuning
+    monkeypatch.setattr(tuning, "COO_MAX_ELEMENTS", {"cpu": 2 ** 62, "cuda": 2 ** 62})
+    monkeypatch.setattr(tuning, "EXTREMUM_GROUPED_FROM", {torch.device(device).type: (4, 1200)})
+    V = 50
+    for E, F, grouped in ((400, 3, False), (400, 4, True), (200, 6, False)):  # 1200 values: not above
+        index = torch.randint(0, V, (E,), device=device)
+        src = torch.randn(E, F, device=device)
+        with PygFastOps() as log:
+            out = pyg_fast.segment_reduce(src, index, dim_size=V, reduce=reduce)
+        assert ("scatter_extremum" in log.ops) != grouped, (E, F, log.ops)
+        assert_close(out, scatter_reference(src, index, V, reduce), torch.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_index_out_of_range_is_skipped_and_raised(device, route):
     src = torch.randn(5, 2, device=device)
     index = torch.tensor([0, 2, 2, 9, -1], device=device)
