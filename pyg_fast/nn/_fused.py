@@ -90,7 +90,7 @@ class FusedLayer(DropIn):
                                                edge_index.size(1) * x_src.size(1)):
             src, dst, names = _graph.endpoints(edge_index, self.flow)
             weight = None if edges.value is None else weight_as(edges.value, x_src.dtype)
-            return gather_scatter(x_src, src, dst, weight, num_dst, reduce, names, edge_index)
+            return gather_scatter(x_src, src, dst, weight, num_dst, reduce, names)
         graph = _graph.by_destination(edges.edge_index, num_src, num_dst, self.flow, edges.sorted_by_destination,
                                       with_perm=edges.value is not None)
         weight = _graph.in_edge_order(edges.value, graph)

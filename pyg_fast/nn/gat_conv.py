@@ -141,7 +141,7 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
         # against the same size (a report: ~30 us of host time, H100 host)
         alpha = run(torch.ops.pyg_fast.edge_softmax_coo, alpha.contiguous(), dst, num_dst)[0]
         alpha = F.dropout(alpha, p=self.dropout, training=self.training)
-        return gather_scatter(h_src, src, dst, alpha, num_dst, "sum", names, edge_index)
+        return gather_scatter(h_src, src, dst, alpha, num_dst, "sum", names)
 
     def _propagate_grouped(self, h_src, alpha_src, alpha_dst, edge_index, edge_attr, is_loop, loops_of, num_loops,
                            num_src, num_dst, sorted_by_destination, return_attention_weights):

@@ -94,7 +94,7 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
 
         def normalisation():
             weight = (src != dst).to(h.dtype).unsqueeze(1) if self.add_self_loops else None
-            degree = gather_scatter(h.new_ones(num_nodes, 1), src, dst, weight, num_nodes, "sum", names, edge_index)
+            degree = gather_scatter(h.new_ones(num_nodes, 1), src, dst, weight, num_nodes, "sum", names)
             if self.add_self_loops:
                 return weight, degree.add_(1).rsqrt_()
             scale = degree.pow_(-0.5)

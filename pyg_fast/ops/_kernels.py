@@ -325,7 +325,7 @@ def coo_route(index: Tensor, key: Tuple, elements: int) -> bool:
 
 
 def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, weight: Optional[Tensor],
-                   num_rows: int, reduce: str, names: Optional[str], owner: Optional[Tensor] = None) -> Tensor:
+                   num_rows: int, reduce: str, names: Optional[str]) -> Tensor:
     """``reduce`` ('sum' or 'mean') over the edges e of ``weight[e] * x2[src_index[e]]`` (x2 [N,
     F]; ``src_index`` None: row e) into rows ``dst_index[e]`` of [num_rows, F], both indices int64,
     in any order: atomics rather than a grouping (see :func:`coo_route`). Edges with an end
@@ -334,9 +334,8 @@ def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, w
     CUDA the kernel raises them in a slot of the flag ring (``_deferred.flag_slot``: no copy; a
     copied report cost 60-110 us of host time a call on an H100 host); on the CPU and with
     validate="sync" they are reported once per pair of index tensors and sizes, as the grouped
-    route checks an index once. Where recorded, once per ``owner`` (the caller's tensor the indices
-    view, its edge_index) when the graph runs, where given: there the indices are new views every
-    call."""
+    route checks an index once. Where recorded, by a range check of the indices whose flags take
+    the ring's slot as the eager kernel's do."""
     def call(slot: int):
         return run(torch.ops.pyg_fast.gather_scatter, x2.contiguous(), src_index, dst_index,
                    None if weight is None else weight.contiguous(), num_rows, reduce == "mean", slot)
@@ -347,16 +346,11 @@ def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, w
                                  dst_index.device,
                                  lambda: _first_report(src_index, dst_index, (num_rows, x2.size(0), names)))[0]
     # Recorded: the flags come from a check of the indices, not from this call's kernel, so that
-    # every layer's check and report of one edge_index are the same ops, which the compiler merges
-    # into one a step (a 3-layer SAGE ran three report ops a step, about 80 us of host time each on
-    # an H200 host). The report's zero is added to the output so that no pass drops it (an op whose
-    # output nothing reads is removed, side effects or not).
-    out, num_src = call(-1)[0], x2.size(0)
-    if src_index is None:  # no source to check: its flag stays 0
-        checked = torch.nn.functional.pad(_layout.range_flags([dst_index], [num_rows]), (1, 0))
-    else:
-        checked = _layout.range_flags([src_index, dst_index], [num_src, num_rows])
-    return out + _report_range(checked, names, num_src, num_rows, owner)
+    # every layer's check of one edge_index is the same op, which the compiler merges into one a
+    # step (a 3-layer SAGE ran three report ops a step, about 80 us of host time each on an H200
+    # host). The check's zero is added to the output so that no pass drops it (an op whose output
+    # nothing reads is removed, side effects or not).
+    return call(-1)[0] + _checked_range(src_index, dst_index, names, x2.size(0), num_rows)
 
 
 def _range_messages(names: str, num_src: int, num_dst: int) -> Tuple[_deferred.Message, _deferred.Message]:
@@ -364,18 +358,26 @@ def _range_messages(names: str, num_src: int, num_dst: int) -> Tuple[_deferred.M
     return _layout.range_message(src_name, num_src, src_size), _layout.range_message(dst_name, num_dst, dst_size)
 
 
-@python_op("report_range")
-def _report_range(flags: Tensor, names: str, num_src: int, num_dst: int, owner: Optional[Tensor] = None) -> Tensor:
-    """Reports ``gather_scatter``'s ``flags`` (see its ``names``), once per ``owner`` where given;
-    returns a 0-d zero (int64: added to a floating output, it keeps that output's dtype)."""
-    if owner is None or _first_report(None, owner, (num_dst, num_src, names)):
-        _deferred.report(flags, _range_messages(names, num_src, num_dst))
-    return flags.new_zeros(())
+@python_op("checked_range")
+def _checked_range(src_index: Optional[Tensor], dst_index: Tensor, names: str, num_src: int, num_dst: int) -> Tensor:
+    """Checks the ends of a recorded ``gather_scatter`` (see its ``names``) with one range-check
+    launch whose flags go to a slot of the ring on CUDA (``_deferred.checked``: no copy and no
+    event, where the report of a copied flag tensor took them on every new graph); returns a 0-d
+    zero (int64: added to a floating output, it keeps that output's dtype)."""
+    messages = functools.partial(_range_messages, names, num_src, num_dst)
+    if src_index is None:  # no source to check
+        _deferred.checked(lambda slot: torch.ops.pyg_fast.index_range_flags([dst_index], [num_dst], slot),
+                          lambda: messages()[1:], dst_index.device)
+    else:
+        _deferred.checked(lambda slot: torch.ops.pyg_fast.index_range_flags([src_index, dst_index],
+                                                                             [num_src, num_dst], slot),
+                          messages, dst_index.device)
+    return dst_index.new_zeros(())
 
 
-@torch.library.register_fake("pyg_fast::report_range")
-def _(flags, names, num_src, num_dst, owner=None):
-    return flags.new_empty(())
+@torch.library.register_fake("pyg_fast::checked_range")
+def _(src_index, dst_index, names, num_src, num_dst):
+    return dst_index.new_empty(())
 
 
 def _first_report(src_index: Optional[Tensor], dst_index: Tensor, key: Tuple) -> bool:

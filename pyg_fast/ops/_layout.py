@@ -180,12 +180,6 @@ def as_long(index: Tensor) -> Tensor:
 
 
 # The preparation ops ---------------------------------------------------------------------------
-def range_flags(indices: Sequence[Tensor], sizes: Sequence) -> Tensor:
-    """int64 [len(indices)]: 1 where some value of the contiguous int64 ``indices[i]`` lies
-    outside [0, sizes[i]) (``pyg_fast::index_range_flags``: one launch for all of them)."""
-    return torch.ops.pyg_fast.index_range_flags(list(indices), list(sizes))
-
-
 def range_message(name: str, size, size_name: str) -> _deferred.Message:
     return IndexError, f"pyg_fast: '{name}' holds values outside [0, {size}) ({size_name})"
 

@@ -2,8 +2,8 @@
 recorded graph (``torch.compile``, ``torch.jit.trace``) must keep as calls.
 
 Registered straight with the dispatcher as one kernel for every backend, where
-``torch.library.custom_op`` wraps the body in its own autograd and backend layers: a call of
-``pyg_fast::report_range`` (once a compiled training step) cost 44 us against 12 us so (CPU host).
+``torch.library.custom_op`` wraps the body in its own autograd and backend layers: the call of a
+range report once a compiled training step cost 44 us against 12 us so (CPU host).
 Their outputs are integer tensors or take no gradient, so autograd has nothing to record; the fake
 kernel comes from ``torch.library.register_fake`` as for the C++ ops.
 """

@@ -72,7 +72,7 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
             rows = src if whole else src.reshape(num_rows, src3.size(2))
             if reduce in COO_REDUCES:
                 out = gather_scatter(rows, None, index, None, dim_size, reduce,
-                                     "src|src.size(dim)|index|dim_size", index)
+                                     "src|src.size(dim)|index|dim_size")
             else:
                 out = coo_reported(torch.ops.pyg_fast.scatter_extremum, rows, index, dim_size, "index", "dim_size",
                                    reduce == "max")

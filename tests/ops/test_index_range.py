@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import pyg_fast
-from pyg_fast.ops import _deferred, _layout
+from pyg_fast.ops import _deferred
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -32,7 +32,7 @@ def test_flags_match_comparisons(device):
         ([good] * 8, [1000] * 7 + [10]),
     ]
     for indices, sizes in cases:
-        flags = _layout.range_flags(indices, sizes)
+        flags = torch.ops.pyg_fast.index_range_flags(indices, sizes)
         assert flags.dtype == torch.long and flags.device.type == device
         torch.testing.assert_close(flags.cpu(), reference([i.cpu() for i in indices], sizes))
 
