@@ -74,6 +74,7 @@ def extremum_grouped(device_type: str, rows: int, features: int) -> bool:
     bound = EXTREMUM_GROUPED_FROM.get(device_type)
     return bound is not None and features >= bound[0] and rows * features > bound[1]
 
+
 # A gather-reduce whose source rows are each read by many edges (at least this many edges a source
 # row, per device type) and together exceed twice the innermost cache and half the outermost runs
 # as feature slices of one cache line a row, one after the other, where a slice's rows fit in 1.5
