@@ -330,7 +330,6 @@ def test_cuda_edges_and_groups_schedules_read_int32_sources_without_gradients(pa
     """Without gradients the edges and groups schedules read an int32 copy of the source index
     (kept with it): the reference's results with single- and multi-head weights."""
     src, dst, num_nodes = schedule_test_graph(kind, "cuda")
-    ptr = torch._convert_indices_from_coo_to_csr(dst, num_nodes)
     x = torch.randn(num_nodes, num_features, device="cuda")
     weights = [torch.rand(src.numel(), device="cuda") + 0.5]
     if num_features % 2 == 0:  # two heads
