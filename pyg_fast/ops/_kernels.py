@@ -361,17 +361,14 @@ def _range_messages(names: str, num_src: int, num_dst: int) -> Tuple[_deferred.M
 @python_op("checked_range")
 def _checked_range(src_index: Optional[Tensor], dst_index: Tensor, names: str, num_src: int, num_dst: int) -> Tensor:
     """Checks the ends of a recorded ``gather_scatter`` (see its ``names``) with one range-check
-    launch whose flags go to a slot of the ring on CUDA (``_deferred.checked``: no copy and no
+    launch whose flags go to a slot of the ring on CUDA (``_layout.check_ranges``: no copy and no
     event, where the report of a copied flag tensor took them on every new graph); returns a 0-d
     zero (int64: added to a floating output, it keeps that output's dtype)."""
-    messages = functools.partial(_range_messages, names, num_src, num_dst)
+    src_name, src_size, dst_name, dst_size = names.split("|")
     if src_index is None:  # no source to check
-        _deferred.checked(lambda slot: torch.ops.pyg_fast.index_range_flags([dst_index], [num_dst], slot),
-                          lambda: messages()[1:], dst_index.device)
+        _layout.check_ranges([dst_index], [num_dst], [(dst_name, dst_size)])
     else:
-        _deferred.checked(lambda slot: torch.ops.pyg_fast.index_range_flags([src_index, dst_index],
-                                                                             [num_src, num_dst], slot),
-                          messages, dst_index.device)
+        _layout.check_ranges([src_index, dst_index], [num_src, num_dst], [(src_name, src_size), (dst_name, dst_size)])
     return dst_index.new_zeros(())
 
 

@@ -273,7 +273,7 @@ def _(index, num_segments, is_sorted, src, src_bound, names, owner=None, with_pe
             index.new_empty(0 if src is None else E))
 
 
-def _check_ranges(indices: Sequence[Tensor], sizes: Sequence, names: Sequence[Tuple[str, str]]) -> None:
+def check_ranges(indices: Sequence[Tensor], sizes: Sequence, names: Sequence[Tuple[str, str]]) -> None:
     """Reports each index with a value outside [0, sizes[i]), named by ``names[i]`` (its name, the
     size's name)."""
     _deferred.checked(lambda slot: torch.ops.pyg_fast.index_range_flags(list(indices), list(sizes), slot),
@@ -284,7 +284,7 @@ def _check_ranges(indices: Sequence[Tensor], sizes: Sequence, names: Sequence[Tu
 @python_op("checked_index")
 def _checked_index(index: Tensor, bound: Tensor, dim: int, name: str, size_name: str) -> Tensor:
     """A copy of ``index`` whose values are checked to lie in [0, bound.size(dim))."""
-    _check_ranges([index], [bound.size(dim)], [(name, size_name)])
+    check_ranges([index], [bound.size(dim)], [(name, size_name)])
     return index.clone()
 
 
@@ -377,7 +377,7 @@ def _checked(checks: Sequence[Tuple[Tensor, Tensor, int, str, str]], in_kernel: 
         slot = _deferred.flag_slot([range_message(name, bound.size(dim), size_name)
                                     for _, bound, dim, name, size_name in checks], indices[0].device)
     if slot < 0:
-        _check_ranges([indices[k] for k in pending], [checks[k][1].size(checks[k][2]) for k in pending],
+        check_ranges([indices[k] for k in pending], [checks[k][1].size(checks[k][2]) for k in pending],
                       [(checks[k][3], checks[k][4]) for k in pending])
     for k in pending:
         marks[k][0] = True
