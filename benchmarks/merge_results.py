@@ -17,7 +17,7 @@ from benchmarks.common import summary_markdown
 RUN_KEYS = ("gpu", "commit", "csrc_tree", "date", "torch_scatter")
 
 
-def origin(run: dict, suite: str) -> dict:
+def suite_origin(run: dict, suite: str) -> dict:
     """The device run a suite of ``run`` was measured in: its own env, or for an already merged
     file the entry of its ``env.runs`` that lists the suite."""
     for origin in run["env"].get("runs") or []:
@@ -41,12 +41,12 @@ def merge(runs: list, by_case: Sequence[str] = ()) -> dict:
     def kept(entry: dict, i: int) -> bool:
         return latest.get(_key(entry), i) == i if entry["suite"] in by_case else suites_from.get(entry["suite"], i) == i
 
-    records = [r if r["suite"] not in by_case else dict(r, origin=r.get("origin") or origin(run, r["suite"]))
+    records = [r if r["suite"] not in by_case else dict(r, origin=r.get("origin") or suite_origin(run, r["suite"]))
                for i, run in enumerate(runs) for r in run["records"] if kept(r, i)]
     failures = [f for i, run in enumerate(runs) for f in run.get("failures", []) if kept(f, i)]
     env = dict(runs[-1]["env"])
     origins = []  # (origin, suites): whole suites in the order of their runs, then the by-case ones
-    found = [(suite, origin(runs[i], suite)) for suite, i in sorted(suites_from.items(), key=lambda item: item[1])
+    found = [(suite, suite_origin(runs[i], suite)) for suite, i in sorted(suites_from.items(), key=lambda item: item[1])
              if suite not in by_case]
     found += [(r["suite"], r["origin"]) for r in records if r["suite"] in by_case]
     for suite, origin in found:

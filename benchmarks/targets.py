@@ -10,7 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
-from benchmarks.merge_results import origin
+from benchmarks.merge_results import suite_origin
 
 LARGE_GRAPHS = ("arxiv_like", "reddit2_like")
 BENCH_GRAPHS = ("cora", "pubmed") + LARGE_GRAPHS  # issue 2's graphs; issue 28 reads the zoo's too
@@ -49,7 +49,7 @@ class Results:
     def gpu(self, record: dict) -> Optional[str]:
         """The GPU a record was measured on: its own origin (a suite merged case by case), else
         the run that measured its suite."""
-        return (record.get("origin") or origin({"env": self.env}, record["suite"])).get("gpu")
+        return (record.get("origin") or suite_origin({"env": self.env}, record["suite"])).get("gpu")
 
 
 class Report:
