@@ -1,3 +1,5 @@
+import sys
+
 import pytest
 import torch
 from torch._inductor.compile_fx import compile_fx
@@ -226,6 +228,35 @@ def test_bad_inputs_raise_clear_errors():
         torch.ops.pyg_fast.index_segment_reduce(x, src + 1, torch.tensor([0, 2, 3, 4]), None, "sum", [])
     with pytest.raises(TypeError, match="int64"):  # int32 sources: the CUDA kernels' only
         torch.ops.pyg_fast.index_segment_reduce(x, src.int(), torch.tensor([0, 2, 3, 4]), None, "sum", [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_a_reused_pair_of_indices_skips_their_checks_until_one_changes(monkeypatch, device, reduce):
+    """Once a reused pair's layout and launch are kept, a call goes straight to the kernel; a new
+    source tensor, one changed in place or a new weight still get the full path's checks."""
+    module = sys.modules["pyg_fast.ops.index_segment_reduce"]  # the package exports the function under its name
+    src, dst = random_graph(40, 300, 30, device)
+    x = torch.randn(40, 2, 8, device=device)
+    w = torch.rand(300, 2, device=device)
+    for _ in range(8):  # past the COO route's first uses and the launch's statistics
+        pyg_fast.index_weight_segment_reduce(x, src, dst, w, 30, reduce)
+    checked = []
+    monkeypatch.setattr(module, "check_index_tensor", lambda *args, **kwargs: checked.append(args[1]))
+    w2 = torch.rand(300, 2, device=device)
+    out = pyg_fast.index_weight_segment_reduce(x, src, dst, w2, 30, reduce)
+    assert checked == []
+    assert_close(out, reference(x, src, dst, w2, 30, reduce), torch.float32)
+    other = src.flip(0).clone()  # another source tensor over the same destinations
+    out = pyg_fast.index_weight_segment_reduce(x, other, dst, w2, 30, reduce)
+    assert checked == ["src_index", "dst_index"]
+    assert_close(out, reference(x, other, dst, w2, 30, reduce), torch.float32)
+    src[0] = 39  # changed in place: its version moves on, so the kept call is not taken
+    out = pyg_fast.index_weight_segment_reduce(x, src, dst, w2, 30, reduce)
+    assert checked[2:] == ["src_index", "dst_index"]
+    assert_close(out, reference(x, src, dst, w2, 30, reduce), torch.float32)
+    with pytest.raises(ValueError, match="weight"):  # the weight is checked on every call
+        pyg_fast.index_weight_segment_reduce(x, other, dst, torch.rand(299, 2, device=device), 30, reduce)
 
 
 def test_compile_fullgraph_backward_traced_cpu():
