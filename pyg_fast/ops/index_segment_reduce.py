@@ -50,7 +50,7 @@ def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optiona
     heads = 1 if weight is None or weight.dim() != 2 else weight.size(1)
     # a reused pair of indices' kept call: no checks of the indices (the kept ones were checked) and
     # no COO route, layout or launch lookups (see _kept_key)
-    key = _kept_key(x2, src_index, dst_index, dim_size, sorted, heads)
+    key = _kept_key(x2, src_index, dst_index, dim_size, sorted, heads) if ptr is None else None
     kept = _layout.peek(dst_index, key) if key is not None else None
     if kept is not None and kept[0]() is _layout.storage_owner(src_index):
         _check_edge_weight(weight, src_index.numel(), x2.size(1), x.device)

@@ -257,6 +257,8 @@ def test_a_reused_pair_of_indices_skips_their_checks_until_one_changes(monkeypat
     assert_close(out, reference(x, src, dst, w2, 30, reduce), torch.float32)
     with pytest.raises(ValueError, match="weight"):  # the weight is checked on every call
         pyg_fast.index_weight_segment_reduce(x, other, dst, torch.rand(299, 2, device=device), 30, reduce)
+    with pytest.raises(ValueError, match="exactly one"):  # as is the choice of destinations
+        pyg_fast.index_weight_segment_reduce(x, other, dst, w2, 30, reduce, ptr=torch.zeros(31, dtype=torch.long))
 
 
 def test_compile_fullgraph_backward_traced_cpu():
