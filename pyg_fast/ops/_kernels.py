@@ -137,10 +137,22 @@ def kept_key(src3: Tensor, index: Optional[Tensor], dim_size: Optional[int], is_
     (``_layout.peek`` reads it), or None where nothing is kept: a traced call, a batch, an index of
     another type, a segment count to read from the index, a forced launch, an index with nothing
     cached yet (a fresh graph's: its first call keeps nothing and skips building the key)."""
-    if (type(index) is not Tensor or dim_size is None or src3.size(0) != 1 or tuning.overridden()
-            or not _layout.eager(src3) or not _layout.known(index)):
+    if src3.size(0) != 1 or not keeps(index, src3, dim_size):
         return None
     return "kept_rows", dim_size, is_sorted, src3.size(1), src3.size(2), src3.dtype, src3.device
+
+
+def keeps(index: Optional[Tensor], values: Tensor, dim_size: Optional[int]) -> bool:
+    """Whether a call over ``index`` may keep its layout and launch with it (see :func:`kept_key`):
+    a plain tensor with something cached already, a segment count given, eager, no forced launch."""
+    return (type(index) is Tensor and dim_size is not None and not tuning.overridden() and _layout.eager(values)
+            and _layout.known(index))
+
+
+def final_launch(launch: Optional[tuning.Launch], values: Tensor) -> bool:
+    """Whether ``launch`` is the one later calls take: whole rows, chosen from the graph's
+    statistics on CUDA (a graph's first calls there get ``AUTO``), any on the CPU."""
+    return launch is not None and (launch is not tuning.AUTO or not values.is_cuda)
 
 
 def keep_rows(key: Optional[Tuple], index: Tensor, src3: Tensor, layout: _layout.SegmentLayout, dim_size: int,
@@ -152,7 +164,7 @@ def keep_rows(key: Optional[Tuple], index: Tensor, src3: Tensor, layout: _layout
     if key is None or not _layout.coo_settled(index, dim_size, is_sorted):
         return None
     launch = rows_launch(src3, layout)
-    if launch is not None and (launch is not tuning.AUTO or not src3.is_cuda):
+    if final_launch(launch, src3):
         _layout.cached(index, key, lambda: (layout, launch))
     return launch
 

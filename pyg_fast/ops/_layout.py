@@ -140,11 +140,25 @@ def cached_with(tensor: Tensor, other: Tensor, key: Tuple, compute: Callable[[],
     def entry():
         return weakref.ref(base), compute()
 
-    where = (id(base), other.storage_offset(), other.shape, other.stride(), other._version)
-    owner, value = cached(tensor, key + where, entry)
+    owner, value = cached(tensor, key + _place(other), entry)
     if owner() is not base:  # id() was reused by another tensor: recompute
         return compute()
     return value
+
+
+def peek_with(tensor: Tensor, other: Tensor, key: Tuple) -> object:
+    """What :func:`cached_with` holds for ``tensor`` and ``other`` under ``key``, or None (nothing
+    stored; always None while tracing)."""
+    if not eager(tensor, other):
+        return None
+    entry = peek(tensor, key + _place(other))
+    return entry[1] if entry is not None and entry[0]() is storage_owner(other) else None
+
+
+def _place(tensor: Tensor) -> Tuple:
+    """``tensor``'s storage owner's identity, its place in it and its version: the part of a
+    :func:`cached_with` key that names the other tensor."""
+    return id(storage_owner(tensor)), tensor.storage_offset(), tensor.shape, tensor.stride(), tensor._version
 
 
 INT32_MAX = 2 ** 31 - 1

@@ -1,16 +1,14 @@
 """Gather-fused segment reduction and weighted SpMM (torch.ops.pyg_fast.index_segment_reduce)."""
 import math
-import weakref
 from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
-from pyg_fast import tuning
 from pyg_fast.ops import _layout
 from pyg_fast.ops._checks import check_float, check_index_tensor, check_reduce
-from pyg_fast.ops._kernels import (COO_REDUCES, coo_route, csr_launch, gather_scatter, reduce_csr, weight_as,
-                                   weight_in_order)
+from pyg_fast.ops._kernels import (COO_REDUCES, coo_route, csr_launch, final_launch, gather_scatter, keeps,
+                                   reduce_csr, weight_as, weight_in_order)
 
 
 def index_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optional[Tensor] = None,
@@ -51,10 +49,10 @@ def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optiona
     # a reused pair of indices' kept call: no checks of the indices (the kept ones were checked) and
     # no COO route, layout or launch lookups (see _kept_key)
     key = _kept_key(x2, src_index, dst_index, dim_size, sorted, heads) if ptr is None else None
-    kept = _layout.peek(dst_index, key) if key is not None else None
-    if kept is not None and kept[0]() is _layout.storage_owner(src_index):
+    kept = _layout.peek_with(dst_index, src_index, key) if key is not None else None
+    if kept is not None:
         _check_edge_weight(weight, src_index.numel(), x2.size(1), x.device)
-        _, layout, src, launch = kept
+        layout, src, launch = kept
         w2 = None if weight is None else weight_in_order(weight, x.dtype, layout.perm)
         out = reduce_csr(x2, src, layout.ptr, w2, reduce, launch)
         return out if x.dim() == 2 else out.view((dim_size,) + tuple(x.shape[1:]))
@@ -90,30 +88,23 @@ def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optiona
     launch = None
     if key is not None:  # kept once the launch is final: chosen from the graph's statistics (CUDA)
         launch = csr_launch(x2, layout.ptr, num_edges, heads)
-        if launch is not None and (launch is not tuning.AUTO or not x2.is_cuda):
-            owner = weakref.ref(_layout.storage_owner(src_index))
-            _layout.cached(dst_index, key, lambda: (owner, layout, src, launch))
+        if final_launch(launch, x2):
+            _layout.cached_with(dst_index, src_index, key, lambda: (layout, src, launch))
     out = reduce_csr(x2, src, layout.ptr, w2, reduce, launch)
     return out if x.dim() == 2 else out.view((dim_size,) + tuple(x.shape[1:]))
 
 
 def _kept_key(x2: Tensor, src_index: Tensor, dst_index: Optional[Tensor], dim_size: Optional[int],
               is_sorted: Optional[bool], heads: int) -> Optional[Tuple]:
-    """The key under which ``dst_index`` keeps (``src_index``'s owner, weakly; layout, sources in
-    order, launch) for a call over ``x2`` [N, F] with ``heads`` weight heads, or None where
-    nothing is kept: a traced call, a CSR pointer, an index of another type, a segment count to
-    read, a forced launch, an index with nothing cached yet (a fresh graph's first call builds no
-    key). ``src_index`` enters the key as the layout's cache does (its owner's identity, its place
-    in it, its version), so a kept call reads the sources that were checked; the weakly held owner
-    tells a reused id apart. One lookup a call where the layout's, the COO route's and the
-    launch's took one each with the indices' checks (SpMM on Cora, H200 host: 42-48 us a call
-    against 14-16 for torch's index_add_)."""
-    if (dst_index is None or type(dst_index) is not Tensor or type(src_index) is not Tensor or dim_size is None
-            or tuning.overridden() or not _layout.eager(x2) or not _layout.known(dst_index)):
+    """The key under which ``dst_index`` keeps, for ``src_index`` (``_layout.cached_with``: a
+    kept call reads the sources that were checked), the layout, the sources in order and the
+    launch of a call over ``x2`` [N, F] with ``heads`` weight heads; None where nothing is kept
+    (``keeps``). One lookup a call where the layout's, the COO route's and the launch's took one
+    each with the indices' checks (SpMM on Cora, H200 host: 42-48 us a call against 14-16 for
+    torch's index_add_)."""
+    if dst_index is None or type(src_index) is not Tensor or not keeps(dst_index, x2, dim_size):
         return None
-    return ("kept_gathered", dim_size, is_sorted, x2.size(0), x2.size(1), heads, x2.dtype, x2.device,
-            id(_layout.storage_owner(src_index)), src_index.storage_offset(), src_index.shape, src_index.stride(),
-            src_index._version)
+    return "kept_gathered", dim_size, is_sorted, x2.size(0), x2.size(1), heads, x2.dtype, x2.device
 
 
 def _gathered(dst_index: Tensor, dim_size: int, src_index: Tensor, x: Tensor, is_sorted: Optional[bool]):
