@@ -118,6 +118,25 @@ def test_sweep_merge_keeps_lower_timing_of_unchanged_schedules():
     assert plain[1] is new[0]
 
 
+def test_consensus_picks_what_the_neighbours_share():
+    """An entry stands for the configuration with the lowest summed log(time / best) over it and its
+    nearest entries, among configurations swept on all of them; the far entry does not vote."""
+    from benchmarks.tune_segment import consensus, select
+    row, groups, edges = (dict(schedule=s, max_lanes=32, threads=256, chunk=c)
+                          for s, c in (("row", 256), ("groups", 0), ("edges", 1024)))
+    entry = lambda x, timings: dict(features=[x], best_ms=min(ms for ms, _ in timings),
+                                    all=[dict(ms=ms, **p) for ms, p in timings])
+    a = entry(0.0, [(1.00, row), (1.02, groups), (0.90, edges)])  # edges: a near-tie here ...
+    b = entry(1.0, [(2.00, row), (1.00, groups)])  # ... not swept here; groups twice as fast as row
+    c = entry(1.5, [(1.50, row), (1.00, groups), (9.00, edges)])
+    far = entry(9.0, [(1.00, row), (5.00, groups)])
+    table, weights = [a, b, c, far], [1.0]
+    assert consensus(a, table, weights, neighbours=1) == edges
+    # log costs over a, b, c: row 0 + log 2 + log 1.5, groups log 1.02 + 0 + 0; edges is not on b
+    assert consensus(a, table, weights) == groups
+    assert consensus(far, table, weights, neighbours=1) == row
+    assert select(table, [0.2], weights) == groups  # the nearest entry (a) and its consensus
+
 def test_sweep_quick_on_cpu(tmp_path):
     """The tuning sweep runs end to end (quick graphs, on the CPU, where configurations do not
     change the kernel) and writes one line per input whose bests are among its timings."""

@@ -4,7 +4,7 @@ On each graph of the zoo beyond the sweep's own (``benchmarks.tune_segment.zoo_g
 ``--quick`` the quick graphs), every configuration of the tuning grid
 is timed per F, for the direct reduction (op ``segment_reduce``) and the gathered one (op ``spmm``,
 ``index_segment_reduce``): ``benchmarks.tune_segment.sweep_graph``. The selector's pick for an
-input is the nearest entry of a rule table without that graph's inputs: the shipped sweeps
+input is what a rule table without that graph's inputs selects (``tune_segment.select``): the shipped sweeps
 (``SHIPPED_SWEEPS``, the rules' source) and this run's other graphs, under the shipped rules'
 weights, as a reused graph's eager call picks (graph-aware schedules allowed, its measured skew).
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from benchmarks.common import Recorder
 from benchmarks.graphs import QUICK_GRAPHS, load_graph, selected
-from benchmarks.tune_segment import (ZOO_FEATURE_SIZES, feature_sizes_of, input_key, merged, nearest, picked_ms,
+from benchmarks.tune_segment import (ZOO_FEATURE_SIZES, feature_sizes_of, input_key, merged, picked_ms, select,
                                      read_jsonl, sweep_graph, zoo_graph_names)
 from pyg_fast import tuning
 
@@ -41,7 +41,7 @@ def heldout_records(results: list, shipped: list, weights) -> list:
     out = []
     for r in results:
         table = [o for o in pool if o["graph"] != r["graph"]]
-        pick = nearest(table, r["features"], weights)["best"]
+        pick = select(table, r["features"], weights)
         case = {"graph": r["graph"], "F": r["F"], "op": "spmm" if r["gather"] else "segment_reduce"}
         out.append((case, picked_ms(r, pick), pick, r["best_ms"], r["best"]))
     return out

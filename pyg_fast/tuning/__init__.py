@@ -11,7 +11,8 @@ neighbour groups; needs the group table) and ``balanced`` (G-Sparse's degree-sor
 the row order).
 
 The choice is made in C++ (``pyg_fast/csrc/tuning/segment_schedule.cpp``) by nearest neighbour
-in a table measured on the GPU (``rules.json``, written by ``benchmarks/tune_segment.py``), over
+in a table measured on the GPU (``rules.json``, written by ``benchmarks/tune_segment.py``; each
+entry holds the configuration that did best over it and its nearest entries), over
 (log2 E, log2 E/V, log2 F, element size, gather, log2 skew):
 
 - from sizes alone, inside the op, when the call brings no config: under ``torch.compile``,
