@@ -1,8 +1,9 @@
 """Segment max/min with the row of the extremum, and segment products: torch_scatter's semantics,
 which the stand-in (``pyg_fast.compat.torch_scatter``) needs and ``segment_reduce`` does not have.
 Floating max/min over an index take the extremum from ``segment_reduce``'s kernels and its row
-from ``torch.ops.pyg_fast.scatter_arg``; the rest run ``torch.ops.pyg_fast.segment_arg_reduce``
-(on CUDA max/min split the rows across threads, ``mul`` and the CPU walk each segment)."""
+from ``torch.ops.pyg_fast.scatter_arg`` on CUDA; the rest, and every call on the CPU, run
+``torch.ops.pyg_fast.segment_arg_reduce`` (on CUDA max/min split the rows across threads, ``mul``
+and the CPU walk each segment)."""
 import math
 from typing import Optional, Tuple
 
@@ -51,7 +52,10 @@ def segment_arg_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optiona
     dim = check_dim(src, dim, "src")
     shape = list(src.shape)
     src3 = src.reshape(math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:]))
-    floating_index = index is not None and reduce != "mul" and src.is_floating_point()
+    # The CPU walks each segment once for the value and its row: through segment_reduce then
+    # scatter_arg, the max of 1.17 M rows into 169 k segments took 326 ms at F = 16 against 56
+    # walked (torch_scatter 406; 2 cores)
+    floating_index = index is not None and reduce != "mul" and src.is_floating_point() and src.is_cuda
     key = kept_key(src3, index, dim_size, sorted) if floating_index else None
     kept = _layout.peek(index, key) if key is not None else None
     if kept is not None:
