@@ -41,6 +41,32 @@ def test_coo_to_csr_matches_a_stable_sort(device, E, V, bad):
     assert [bool(f) for f in flags.tolist()] == want[3]
 
 
+def test_coo_to_csr_in_chunks_matches_a_stable_sort():
+    """The CPU counts and places the rows in chunks, one per thread where the rows outnumber the
+    counters: the order stays the stable sort's, invalid values go last and are flagged, and a
+    descent at a chunk's first row is found."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        E, V = 300_000, 1000  # four chunks of 75 000 rows
+        index = torch.randint(0, V, (E,))
+        index[::997] = -1
+        index[5::1009] = V
+        src = torch.randint(0, 50, (E,))
+        src[E // 3] = 50
+        ptr, perm, src_sorted, flags = op.coo_to_csr(index, V, False, src, 50)
+        want = reference_csr(index, V, src, 50)
+        assert torch.equal(ptr, want[0]) and torch.equal(perm, want[1]) and torch.equal(src_sorted, want[2])
+        assert [bool(f) for f in flags.tolist()] == want[3] == [True, True, False]
+        ordered = torch.randint(0, V, (E,)).sort().values
+        ptr, _, _, flags = op.coo_to_csr(ordered, V, True, None, -1)
+        assert torch.equal(ptr, reference_csr(ordered, V)[0]) and flags.tolist() == [0, 0, 0]
+        ordered[E // 4 - 1], ordered[E // 4] = V - 1, 0  # the one descent: the second chunk's first row
+        assert op.coo_to_csr(ordered, V, True, None, -1)[3].tolist() == [0, 0, 1]
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_coo_to_csr_takes_a_sorted_index_as_it_is(device):
     index = torch.randint(0, 40, (3000,), device=device).sort().values

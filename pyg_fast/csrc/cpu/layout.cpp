@@ -6,6 +6,8 @@
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <atomic>
 #include <tuple>
 #include <vector>
 
@@ -19,6 +21,11 @@ using namespace pyg_fast::cuda;
 
 constexpr int64_t kRowsPerTask = 1 << 14;
 
+// Rows a chunk of the counting sort takes at least, and counters it may add per row it takes:
+// each chunk counts its rows' keys in V + 1 counters of its own, so chunks are made only where the
+// rows outnumber those counters (2 cores, 1.17 M rows into 169 k segments: 10.8 ms in one chunk).
+constexpr int64_t kRowsPerChunk = 1 << 16;
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> coo_to_csr(const at::Tensor& index, int64_t num_segments,
                                                                       bool is_sorted,
                                                                       const c10::optional<at::Tensor>& src,
@@ -26,7 +33,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> coo_to_csr(const at::
   check_coo_to_csr_args(index, num_segments, src);
   const int64_t E = index.numel(), V = num_segments;
   const auto opts = index.options();
-  auto ptr = at::zeros({V + 1}, opts);
+  auto ptr = at::empty({V + 1}, opts);
   auto perm = at::empty({is_sorted ? 0 : E}, opts);
   auto src_sorted = at::empty({src.has_value() ? E : 0}, opts);
   auto flags = at::zeros({kLayoutFlags}, opts);
@@ -34,33 +41,64 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> coo_to_csr(const at::
   int64_t* p = ptr.mutable_data_ptr<int64_t>();
   int64_t* f = flags.mutable_data_ptr<int64_t>();
 
-  // ptr[k + 1] counts the rows of segment k (invalid rows: segment V, counted nowhere), then the
-  // running sum turns counts into starts.
-  std::vector<int64_t> start(V + 1, 0);
-  for (int64_t e = 0; e < E; ++e) {
-    if (!layout_valid(idx[e], V)) {
-      f[kFlagIndexRange] = 1;
-    } else {
-      ++p[idx[e] + 1];
+  // Chunk c (rows [c * step, (c + 1) * step)) counts its rows of each key k in count[c][k] (invalid
+  // rows: key V); its flags go to its own row of chunk_flags.
+  const int64_t chunks = std::max<int64_t>(
+      1, std::min<int64_t>({int64_t{at::get_num_threads()}, E / kRowsPerChunk, E / (V + 1)}));
+  const int64_t step = (E + chunks - 1) / chunks;
+  std::vector<int64_t> count(chunks * (V + 1), 0);
+  std::vector<int64_t> chunk_flags(chunks * kLayoutFlags, 0);
+  at::parallel_for(0, chunks, 1, [&](int64_t first, int64_t last) {
+    for (int64_t c = first; c < last; ++c) {
+      int64_t* mine = count.data() + c * (V + 1);
+      int64_t* flag = chunk_flags.data() + c * kLayoutFlags;
+      for (int64_t e = c * step; e < std::min(E, (c + 1) * step); ++e) {
+        const int64_t key = layout_key(idx[e], V);
+        if (key == V) flag[kFlagIndexRange] = 1;
+        ++mine[key];
+        if (is_sorted && e > 0 && idx[e] < idx[e - 1]) flag[kFlagNotSorted] = 1;
+      }
     }
-    if (is_sorted && e > 0 && idx[e] < idx[e - 1]) f[kFlagNotSorted] = 1;
+  });
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int k = 0; k < kLayoutFlags; ++k) f[k] |= chunk_flags[c * kLayoutFlags + k];
+  // ptr: the running sum of the valid keys' counts; then each chunk's count of a key becomes where
+  // its first row of that key goes (after the earlier chunks' rows of the key: a stable sort), the
+  // invalid rows after every valid one.
+  p[0] = 0;
+  for (int64_t k = 0; k <= V; ++k) {
+    int64_t at = k < V ? p[k] : p[V];
+    int64_t total = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t rows = count[c * (V + 1) + k];
+      count[c * (V + 1) + k] = at + total;
+      total += rows;
+    }
+    if (k < V) p[k + 1] = p[k] + total;
   }
-  for (int64_t k = 0; k < V; ++k) p[k + 1] += p[k];
   if (!is_sorted) {
     int64_t* out = perm.mutable_data_ptr<int64_t>();
-    for (int64_t k = 0; k <= V; ++k) start[k] = p[k];  // start[V] = ptr[V]: where invalid rows go
-    for (int64_t e = 0; e < E; ++e) out[start[layout_key(idx[e], V)]++] = e;
+    at::parallel_for(0, chunks, 1, [&](int64_t first, int64_t last) {
+      for (int64_t c = first; c < last; ++c) {
+        int64_t* next = count.data() + c * (V + 1);
+        for (int64_t e = c * step; e < std::min(E, (c + 1) * step); ++e) out[next[layout_key(idx[e], V)]++] = e;
+      }
+    });
   }
   if (src.has_value()) {
     const int64_t* s = src->const_data_ptr<int64_t>();
     const int64_t* order = is_sorted ? nullptr : perm.const_data_ptr<int64_t>();
     int64_t* out = src_sorted.mutable_data_ptr<int64_t>();
-    bool bad = false;
-    for (int64_t i = 0; i < E; ++i) {
-      const int64_t value = s[order == nullptr ? i : order[i]];
-      bad |= src_bound >= 0 && (value < 0 || value >= src_bound);
-      out[i] = value;
-    }
+    std::atomic<bool> bad{false};
+    at::parallel_for(0, E, kRowsPerTask, [&](int64_t begin, int64_t end) {
+      bool mine = false;
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t value = s[order == nullptr ? i : order[i]];
+        mine |= src_bound >= 0 && (value < 0 || value >= src_bound);
+        out[i] = value;
+      }
+      if (mine) bad = true;
+    });
     if (bad) f[kFlagSrcRange] = 1;
   }
   return {ptr, perm, src_sorted, flags};
