@@ -195,13 +195,16 @@ NEIGHBOURS = 3
 def consensus(entry, table, weights, neighbours: int = NEIGHBOURS) -> dict:
     """The configuration ``entry`` (a sweep result) stands for in a rule table built from
     ``table``: the lowest summed log(time / best) over ``entry``'s ``neighbours`` nearest entries of
-    ``table`` (``entry`` itself where it is one), among configurations swept on all of them."""
+    ``table`` (``entry`` itself where it is one), among configurations swept on all of them (the
+    nearest one's best where none is)."""
     near = sorted(table, key=lambda o: _distance(weights, entry["features"], o["features"]))[:neighbours]
     costs = {}
     for o in near:
         for t in o["all"]:
             costs.setdefault(_config_key(t), []).append(math.log(t["ms"] / o["best_ms"]))
     swept = {key: sum(c) for key, c in costs.items() if len(c) == len(near)}
+    if not swept:  # grids with nothing in common (other feature sizes sweep other configurations)
+        return near[0]["best"]
     return dict(min(swept, key=swept.get))
 
 

@@ -124,7 +124,8 @@ def test_consensus_picks_what_the_neighbours_share():
     from benchmarks.tune_segment import consensus, select
     row, groups, edges = (dict(schedule=s, max_lanes=32, threads=256, chunk=c)
                           for s, c in (("row", 256), ("groups", 0), ("edges", 1024)))
-    entry = lambda x, timings: dict(features=[x], best_ms=min(ms for ms, _ in timings),
+    entry = lambda x, timings: dict(features=[x], best_ms=min(timings, key=lambda t: t[0])[0],
+                                    best=min(timings, key=lambda t: t[0])[1],
                                     all=[dict(ms=ms, **p) for ms, p in timings])
     a = entry(0.0, [(1.00, row), (1.02, groups), (0.90, edges)])  # edges: a near-tie here ...
     b = entry(1.0, [(2.00, row), (1.00, groups)])  # ... not swept here; groups twice as fast as row
@@ -136,6 +137,8 @@ def test_consensus_picks_what_the_neighbours_share():
     assert consensus(a, table, weights) == groups
     assert consensus(far, table, weights, neighbours=1) == row
     assert select(table, [0.2], weights) == groups  # the nearest entry (a) and its consensus
+    apart = entry(0.5, [(1.00, dict(row, chunk=32))])  # a grid that shares nothing with a's
+    assert consensus(apart, [apart, a], weights) == dict(row, chunk=32)
 
 def test_sweep_quick_on_cpu(tmp_path):
     """The tuning sweep runs end to end (quick graphs, on the CPU, where configurations do not
