@@ -64,17 +64,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> coo_to_csr(const at::
     for (int k = 0; k < kLayoutFlags; ++k) f[k] |= chunk_flags[c * kLayoutFlags + k];
   // ptr: the running sum of the valid keys' counts; then each chunk's count of a key becomes where
   // its first row of that key goes (after the earlier chunks' rows of the key: a stable sort), the
-  // invalid rows after every valid one.
+  // invalid rows after every valid one. Chunk by chunk, so that the counters are read in order.
+  std::vector<int64_t> next(V + 1, 0);
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t k = 0; k < V; ++k) next[k] += count[c * (V + 1) + k];
   p[0] = 0;
-  for (int64_t k = 0; k <= V; ++k) {
-    int64_t at = k < V ? p[k] : p[V];
-    int64_t total = 0;
-    for (int64_t c = 0; c < chunks; ++c) {
+  for (int64_t k = 0; k < V; ++k) p[k + 1] = p[k] + next[k];
+  std::copy(p, p + V + 1, next.begin());  // next[V] = p[V]: where the invalid rows start
+  for (int64_t c = 0; c < chunks; ++c) {
+    for (int64_t k = 0; k <= V; ++k) {
       const int64_t rows = count[c * (V + 1) + k];
-      count[c * (V + 1) + k] = at + total;
-      total += rows;
+      count[c * (V + 1) + k] = next[k];
+      next[k] += rows;
     }
-    if (k < V) p[k + 1] = p[k] + total;
   }
   if (!is_sorted) {
     int64_t* out = perm.mutable_data_ptr<int64_t>();
