@@ -1,5 +1,6 @@
 """Draws the speedup chart of a results.json: for every suite, pyg_fast's speedup over each other
-method measured in it (the geometric mean over the cases both ran), as a PNG.
+method measured in it (the geometric mean over the cases both ran; times as the targets read them,
+``benchmarks.targets.timed``), as a PNG.
 
     python -m benchmarks.chart benchmarks/results/results.json benchmarks/results/speedup.png
 
@@ -11,6 +12,8 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+from benchmarks.targets import timed
+
 # Suites whose methods are not baselines of one another (schedule and reordering studies).
 SKIPPED = {"schedule_select", "selector_heldout", "reorder"}
 
@@ -18,7 +21,7 @@ SKIPPED = {"schedule_select", "selector_heldout", "reorder"}
 def speedups(results: dict):
     """{suite: {method: (geomean of method ms / pyg_fast ms, number of cases)}}."""
     by_case = defaultdict(dict)
-    for record in results["records"]:
+    for record in timed(results["records"]):
         if record.get("ms") and record["suite"] not in SKIPPED:
             key = (record["suite"], json.dumps(record["case"], sort_keys=True))
             by_case[key][record["method"]] = record["ms"]

@@ -38,16 +38,21 @@ def geomean(values: Iterable[float]) -> float:
 KERNEL_SUITES = ("segment_reduce", "spmm", "sddmm", "edge_softmax")
 
 
+def timed(records: list) -> list:
+    """``records`` with ``ms`` as targets and the chart read it: a call's device time in
+    ``KERNEL_SUITES`` where one was recorded (``call_ms`` keeps do_bench's reading)."""
+    return [dict(r, ms=r["device_ms"], call_ms=r["ms"])
+            if r["suite"] in KERNEL_SUITES and r.get("device_ms") and r["ms"] is not None else r for r in records]
+
+
 class Results:
     """Records of one results.json indexed by suite and case: ``times(suite)`` gives
-    ``[(case, {method: record})]`` for the cases pyg_fast was timed on; a record's ``ms`` is its
-    device time in ``KERNEL_SUITES`` where one was recorded (``call_ms`` keeps do_bench's)."""
+    ``[(case, {method: record})]`` for the cases pyg_fast was timed on, their ``ms`` as
+    :func:`timed` gives it."""
 
     def __init__(self, data: dict):
         self.env = data["env"]
-        self.records = [dict(r, ms=r["device_ms"], call_ms=r["ms"])
-                        if r["suite"] in KERNEL_SUITES and r.get("device_ms") and r["ms"] is not None else r
-                        for r in data["records"]]
+        self.records = timed(data["records"])
 
     def times(self, suite: str, where: Callable[[dict], bool] = lambda case: True) -> List[Tuple[dict, Dict]]:
         cases: Dict[str, Tuple[dict, Dict[str, dict]]] = {}

@@ -164,6 +164,11 @@ def test_chart_speedups_are_geometric_means_over_shared_cases():
                                 (3, "base", 9.0)]]  # case 3: no pyg_fast time, left out
     value, cases = speedups({"records": records})["s"]["base"]
     assert cases == 2 and abs(value - 2.0) < 1e-12  # sqrt(4 * 1)
+    # an op suite's calls compare by device time where recorded
+    kernel = [{"suite": "spmm", "case": {}, "method": m, "ms": 0.08, "device_ms": dev}
+              for m, dev in (("pyg_fast", 0.01), ("torch_sparse_csr", 0.03))]
+    value, cases = speedups({"records": kernel})["spmm"]["torch_sparse_csr"]
+    assert cases == 1 and abs(value - 3.0) < 1e-12
 
 
 def test_zoo_generators_have_their_shapes():
