@@ -11,9 +11,9 @@ the GPU and writes the rule table that pyg_fast.tuning reads (pyg_fast/tuning/ru
     python -m benchmarks.tune_segment --out DIR --zoo   # the zoo's graphs (benchmarks.graphs), F up to 256
 
 Every configuration's output is checked against torch before it is timed. The table keeps,
-for each input measured, the fastest configuration and the input's features; at run time
-the selector takes the nearest entry (its best overall where a per-graph layout may be used,
-else its best GeoT schedule). Graph-aware schedules are timed with their layout already built
+for each input measured, the configuration that did best over it and its nearest inputs
+(``consensus``) and the input's features; at run time the selector takes the nearest entry (that
+configuration where a per-graph layout may be used, else the input's best GeoT schedule). Graph-aware schedules are timed with their layout already built
 (it is built once per graph and reused). Configurations are timed by their device time
 (``benchmarks.common.device_ms``: L2 flushed before each call, the host's share left out), so that
 the host's pace never picks a schedule on a small graph. The graphs are generated power-law
@@ -219,8 +219,9 @@ def picked_ms(result, params):
 
 
 def leave_one_out(results, weights):
-    """Time of the nearest entry's params relative to the best, for every input, where the
-    entries of the input's own graph are left out (the rule must generalise to unseen graphs)."""
+    """Time of the configuration the rule picks (``select``) relative to the best, for every
+    input, where the entries of the input's own graph are left out (the rule must generalise to
+    unseen graphs)."""
     ratios, picks = [], {}
     for r in results:
         graph = r.get("graph", id(r))

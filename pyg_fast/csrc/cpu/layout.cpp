@@ -82,8 +82,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> coo_to_csr(const at::
     int64_t* out = perm.mutable_data_ptr<int64_t>();
     at::parallel_for(0, chunks, 1, [&](int64_t first, int64_t last) {
       for (int64_t c = first; c < last; ++c) {
-        int64_t* next = count.data() + c * (V + 1);
-        for (int64_t e = c * step; e < std::min(E, (c + 1) * step); ++e) out[next[layout_key(idx[e], V)]++] = e;
+        int64_t* place = count.data() + c * (V + 1);
+        for (int64_t e = c * step; e < std::min(E, (c + 1) * step); ++e) out[place[layout_key(idx[e], V)]++] = e;
       }
     });
   }
