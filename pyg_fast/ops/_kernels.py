@@ -315,6 +315,9 @@ register_autograd("pyg_fast::index_segment_reduce", _gather_backward, _gather_se
 
 # gather_scatter (the COO route of a gather-reduce: no grouping) ------------------------------------
 COO_REDUCES = ("sum", "mean")
+# gather_scatter's flag_slot where another op checked the indices: no flags (kCheckedBefore in
+# csrc/ops/gather_scatter.h)
+CHECKED_BEFORE = -2
 
 
 def coo_route(index: Tensor, key: Tuple, elements: int) -> bool:
@@ -348,11 +351,11 @@ def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, w
     validate="sync" they are reported once per pair of index tensors and sizes, as the grouped
     route checks an index once. Where recorded, by a range check of the indices whose flags take
     the ring's slot as the eager kernel's do."""
-    def call(slot: int):
+    def call(slot: int, checked: Optional[Tensor] = None):
         return run(torch.ops.pyg_fast.gather_scatter, x2.contiguous(), src_index, dst_index,
-                   None if weight is None else weight.contiguous(), num_rows, reduce == "mean", slot)
+                   None if weight is None else weight.contiguous(), num_rows, reduce == "mean", slot, checked)
     if names is None:
-        return call(-1)[0]
+        return call(CHECKED_BEFORE)[0]
     if _layout.eager(x2, dst_index):
         return _deferred.checked(call, functools.partial(_range_messages, names, x2.size(0), num_rows),
                                  dst_index.device,
@@ -360,9 +363,9 @@ def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, w
     # Recorded: the flags come from a check of the indices, not from this call's kernel, so that
     # every layer's check of one edge_index is the same op, which the compiler merges into one a
     # step (a 3-layer SAGE ran three report ops a step, about 80 us of host time each on an H200
-    # host). The check's zero is added to the output so that no pass drops it (an op whose output
-    # nothing reads is removed, side effects or not).
-    return call(-1)[0] + _checked_range(src_index, dst_index, names, x2.size(0), num_rows)
+    # host). The check's output goes to the call's `checked`, which orders the check first and
+    # keeps it (an op whose output nothing reads is removed, side effects or not).
+    return call(CHECKED_BEFORE, _checked_range(src_index, dst_index, names, x2.size(0), num_rows))[0]
 
 
 def _range_messages(names: str, num_src: int, num_dst: int) -> Tuple[_deferred.Message, _deferred.Message]:
@@ -374,19 +377,19 @@ def _range_messages(names: str, num_src: int, num_dst: int) -> Tuple[_deferred.M
 def _checked_range(src_index: Optional[Tensor], dst_index: Tensor, names: str, num_src: int, num_dst: int) -> Tensor:
     """Checks the ends of a recorded ``gather_scatter`` (see its ``names``) with one range-check
     launch whose flags go to a slot of the ring on CUDA (``_layout.check_ranges``: no copy and no
-    event, where the report of a copied flag tensor took them on every new graph); returns a 0-d
-    zero (int64: added to a floating output, it keeps that output's dtype)."""
+    event, where the report of a copied flag tensor took them on every new graph); returns an empty
+    tensor for :func:`gather_scatter`'s ``checked``."""
     src_name, src_size, dst_name, dst_size = names.split("|")
     if src_index is None:  # no source to check
         _layout.check_ranges([dst_index], [num_dst], [(dst_name, dst_size)])
     else:
         _layout.check_ranges([src_index, dst_index], [num_src, num_dst], [(src_name, src_size), (dst_name, dst_size)])
-    return dst_index.new_zeros(())
+    return dst_index.new_empty(0)
 
 
 @torch.library.register_fake("pyg_fast::checked_range")
 def _(src_index, dst_index, names, num_src, num_dst):
-    return dst_index.new_empty(())
+    return dst_index.new_empty(0)
 
 
 def _first_report(src_index: Optional[Tensor], dst_index: Tensor, key: Tuple) -> bool:
@@ -404,8 +407,9 @@ def _first_report(src_index: Optional[Tensor], dst_index: Tensor, key: Tuple) ->
 
 
 @torch.library.register_fake("pyg_fast::gather_scatter")
-def _(x, src_index, dst_index, weight, num_rows, mean, flag_slot=-1):
-    return x.new_empty(num_rows, x.size(1)), x.new_empty(num_rows if mean else 0), dst_index.new_empty(2)
+def _(x, src_index, dst_index, weight, num_rows, mean, flag_slot=-1, checked=None):
+    flags = 0 if flag_slot == CHECKED_BEFORE else 2
+    return x.new_empty(num_rows, x.size(1)), x.new_empty(num_rows if mean else 0), dst_index.new_empty(flags)
 
 
 # sddmm ------------------------------------------------------------------------------------------

@@ -291,7 +291,7 @@ def check_ranges(indices: Sequence[Tensor], sizes: Sequence, names: Sequence[Tup
     """Reports each index with a value outside [0, sizes[i]), named by ``names[i]`` (its name, the
     size's name)."""
     _deferred.checked(lambda slot: torch.ops.pyg_fast.index_range_flags(list(indices), list(sizes), slot),
-                      [range_message(name, size, size_name) for (name, size_name), size in zip(names, sizes)],
+                      lambda: [range_message(name, size, size_name) for (name, size_name), size in zip(names, sizes)],
                       indices[0].device)
 
 

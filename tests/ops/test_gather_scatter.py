@@ -6,7 +6,7 @@ import torch
 import pyg_fast
 from pyg_fast import tuning
 from pyg_fast.ops import _layout
-from pyg_fast.ops._kernels import gather_scatter
+from pyg_fast.ops._kernels import CHECKED_BEFORE, gather_scatter
 from pyg_fast.testing import DEVICES, DTYPES, PygFastOps, assert_close, poison_allocator
 
 
@@ -112,6 +112,13 @@ def test_out_of_range_edges_are_skipped_and_named(device, mean):
         assert flags.tolist() == [1, 1]
         assert_close(out, reference(x[:, :features], src[keep], dst[keep], None, 8, mean), torch.float32)
         if mean:  # skipped edges are not counted
+            assert torch.equal(divisor, kept_count)
+        # indices another op checked: the edges are skipped all the same, and no flags are raised
+        out, divisor, flags = torch.ops.pyg_fast.gather_scatter(x[:, :features], bad_src, bad_dst, None, 8, mean,
+                                                                CHECKED_BEFORE)
+        assert flags.numel() == 0
+        assert_close(out, reference(x[:, :features], src[keep], dst[keep], None, 8, mean), torch.float32)
+        if mean:
             assert torch.equal(divisor, kept_count)
     with pytest.raises(IndexError, match=r"'src_index' holds values outside \[0, 10\) \(x.size\(0\)\)"):
         gather_scatter(x, bad_src, dst, None, 8, "sum", "src_index|x.size(0)|dst_index|dim_size")

@@ -24,23 +24,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
                                                               const std::optional<at::Tensor>& src_index,
                                                               const at::Tensor& dst_index,
                                                               const std::optional<at::Tensor>& weight,
-                                                              int64_t num_rows, bool mean, int64_t /*flag_slot*/) {
+                                                              int64_t num_rows, bool mean, int64_t flag_slot,
+                                                              const std::optional<at::Tensor>& /*checked*/) {
   check_gather_scatter_args(x, src_index, dst_index, weight, num_rows);
   const int64_t N = x.size(0), F = x.size(1), E = dst_index.numel(), V = num_rows;
   const int64_t H = weight ? weight->size(1) : 1, D = F / H;
-  auto flags = at::zeros({2}, dst_index.options());
+  auto flags = at::zeros({flag_slot == kCheckedBefore ? 0 : 2}, dst_index.options());
   auto out = at::empty({V, F}, x.options());
   auto divisor = at::empty({mean ? V : 0}, x.options());
   const int64_t* dst = dst_index.const_data_ptr<int64_t>();
   const int64_t* src = src_index ? src_index->const_data_ptr<int64_t>() : nullptr;
-  int64_t* flag = flags.mutable_data_ptr<int64_t>();
+  int64_t raised[2] = {0, 0};
   std::vector<uint8_t> valid(E);
   std::vector<int64_t> counts(mean ? V : 0, 0);
   for (int64_t e = 0; e < E; ++e) {
     const bool src_ok = static_cast<uint64_t>(src ? src[e] : e) < static_cast<uint64_t>(N);
     const bool dst_ok = static_cast<uint64_t>(dst[e]) < static_cast<uint64_t>(V);
-    if (!src_ok) flag[0] = 1;
-    if (!dst_ok) flag[1] = 1;
+    if (!src_ok) raised[0] = 1;
+    if (!dst_ok) raised[1] = 1;
     valid[e] = src_ok && dst_ok;
     if (valid[e] && mean) ++counts[dst[e]];
   }
@@ -71,6 +72,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
       }
     });
   });
+  if (flags.numel() > 0) std::copy(raised, raised + 2, flags.mutable_data_ptr<int64_t>());
   return {out, divisor, flags};
 }
 

@@ -21,28 +21,31 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
                                                               const std::optional<at::Tensor>& src_index,
                                                               const at::Tensor& dst_index,
                                                               const std::optional<at::Tensor>& weight,
-                                                              int64_t num_rows, bool mean, int64_t flag_slot) {
+                                                              int64_t num_rows, bool mean, int64_t flag_slot,
+                                                              const std::optional<at::Tensor>& /*checked*/) {
   check_gather_scatter_args(x, src_index, dst_index, weight, num_rows);
   const c10::cuda::CUDAGuard guard(x.device());
   const int64_t N = x.size(0), F = x.size(1), E = dst_index.numel(), V = num_rows;
   const int64_t H = weight ? weight->size(1) : 1;
   const auto stream = c10::cuda::getCurrentCUDAStream();
   // Flags kept on the device and a mean's edge counts share one zero fill (one launch less a call).
-  const bool in_ring = flag_slot >= 0;
-  const at::Tensor zeroed = zeros_async({(in_ring ? 0 : 2) + (mean ? V : 0)}, dst_index.options());
-  const FlagBuffer flags = in_ring ? flag_buffer(2, flag_slot, dst_index.options())
-                                   : FlagBuffer{zeroed.narrow(0, 0, 2), zeroed.mutable_data_ptr<int64_t>()};
+  const bool on_device = flag_slot == -1;
+  const at::Tensor zeroed =
+      on_device || mean ? zeros_async({(on_device ? 2 : 0) + (mean ? V : 0)}, dst_index.options()) : at::Tensor();
+  const FlagBuffer flags = flag_slot >= 0 ? flag_buffer(2, flag_slot, dst_index.options())
+                           : on_device    ? FlagBuffer{zeroed.narrow(0, 0, 2), zeroed.mutable_data_ptr<int64_t>()}
+                                          : FlagBuffer{at::empty({0}, dst_index.options()), nullptr};
   auto divisor = at::empty({mean ? V : 0}, x.options());
-  const at::Tensor count = zeroed.narrow(0, in_ring ? 0 : 2, mean ? V : 0);
-  auto* count_ptr = mean ? reinterpret_cast<unsigned long long*>(count.mutable_data_ptr<int64_t>()) : nullptr;
+  int64_t* counts = mean ? zeroed.mutable_data_ptr<int64_t>() + (on_device ? 2 : 0) : nullptr;
+  auto* count_ptr = reinterpret_cast<unsigned long long*>(counts);
   const int64_t* src_ptr = src_index ? src_index->const_data_ptr<int64_t>() : nullptr;
-  if (E > 0 && (mean || F == 0)) {  // without features no scatter runs to check the edges
+  if (E > 0 && (mean || (F == 0 && flags.data != nullptr))) {  // without features no scatter checks the edges
     gather_scatter_count_kernel<<<coo_blocks(E), kGatherScatterThreads, 0, stream>>>(
         src_ptr, dst_index.const_data_ptr<int64_t>(), N, V, E, count_ptr, flags.data);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   const bool scatter = E > 0 && F > 0;
-  if (mean && !scatter) divisor.copy_(count.clamp_min(1));  // nothing to divide: the counts only
+  if (mean && !scatter) divisor.copy_(zeroed.narrow(0, on_device ? 2 : 0, V).clamp_min(1));  // the counts only
   at::Tensor result;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "gather_scatter", [&] {
     using acc_t = at::opmath_type<scalar_t>;

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "autograd.h"
+#include "gather_scatter.h"
 
 TORCH_LIBRARY_FRAGMENT(pyg_fast, m) {
   // out[dst_index[e]] += weight[e, h] * x[src_index[e]] for every edge e, x [N, F] -> out
@@ -17,10 +18,13 @@ TORCH_LIBRARY_FRAGMENT(pyg_fast, m) {
   // whose source or destination is out of range are skipped and raise flags[0] (source) or
   // flags[1] (destination) of the int64 [2] `flags`. Summed in float32 (float64 for float64)
   // with atomics on CUDA: the order of a row's terms is not fixed there. flag_slot >= 0 (CUDA): the
-  // flags are raised in that slot of the host ring (cuda/flag_ring.cuh) and come back empty.
+  // flags are raised in that slot of the host ring (cuda/flag_ring.cuh) and come back empty;
+  // kCheckedBefore (-2): none are raised (gather_scatter.h). `checked` is not read: a compiled
+  // graph passes the range check's output there, so that the check is ordered before the call and
+  // kept (no op reads it otherwise; adding it to the output cost a pointwise pass a layer).
   m.def(
       "gather_scatter(Tensor x, Tensor? src_index, Tensor dst_index, Tensor? weight, SymInt num_rows, "
-      "bool mean, int flag_slot=-1) -> (Tensor out, Tensor divisor, Tensor flags)");
+      "bool mean, int flag_slot=-1, Tensor? checked=None) -> (Tensor out, Tensor divisor, Tensor flags)");
 }
 
 namespace pyg_fast {
@@ -30,13 +34,14 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 using Signature = Outputs(const at::Tensor&, const std::optional<at::Tensor>&, const at::Tensor&,
-                          const std::optional<at::Tensor>&, c10::SymInt, bool, int64_t);
+                          const std::optional<at::Tensor>&, c10::SymInt, bool, int64_t,
+                          const std::optional<at::Tensor>&);
 
 Outputs gather_scatter_op(const at::Tensor& x, const std::optional<at::Tensor>& src_index, const at::Tensor& dst_index,
                           const std::optional<at::Tensor>& weight, c10::SymInt num_rows, bool mean,
-                          int64_t flag_slot = -1) {
+                          int64_t flag_slot, const std::optional<at::Tensor>& checked = std::nullopt) {
   static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pyg_fast::gather_scatter", "").typed<Signature>();
-  return op.call(x, src_index, dst_index, weight, std::move(num_rows), mean, flag_slot);
+  return op.call(x, src_index, dst_index, weight, std::move(num_rows), mean, flag_slot, checked);
 }
 
 // The gradients, in the op's terms: x's is the gather-scatter of the output gradient back along the
@@ -46,10 +51,11 @@ class GatherScatterFunction : public torch::autograd::Function<GatherScatterFunc
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const std::optional<at::Tensor>& src_index,
                                const at::Tensor& dst_index, const std::optional<at::Tensor>& weight,
-                               c10::SymInt num_rows, bool mean, int64_t flag_slot) {
+                               c10::SymInt num_rows, bool mean, int64_t flag_slot,
+                               const std::optional<at::Tensor>& checked) {
     at::AutoDispatchBelowADInplaceOrView guard;
     auto [out, divisor, flags] =
-        gather_scatter_op(x, src_index, dst_index, weight, std::move(num_rows), mean, flag_slot);
+        gather_scatter_op(x, src_index, dst_index, weight, std::move(num_rows), mean, flag_slot, checked);
     // An absent optional is no input of the node: the weight's gradient slot follows the indices given
     const size_t weight_slot = src_index ? 3 : 2;
     const bool weight_grad = weight && ctx->needs_input_grad(weight_slot);
@@ -67,17 +73,18 @@ class GatherScatterFunction : public torch::autograd::Function<GatherScatterFunc
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    if (!grads[0].defined()) return variable_list(7);  // the output was not used
+    if (!grads[0].defined()) return variable_list(8);  // the output was not used
     auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &dst_index = saved[2], &weight = saved[3], &divisor = saved[4];
     at::Tensor grad_out = grads[0].contiguous();
     if (ctx->saved_data["mean"].toBool()) grad_out = grad_out.div(divisor.unsqueeze(1));  // as PyG's mean backward
-    // A scatter's row e is its own source; the kernels skip out-of-range indices (no gather here)
+    // A scatter's row e is its own source; the kernels skip out-of-range indices (no gather here),
+    // which the forward reported
     const at::Tensor src = saved[1].defined() ? saved[1] : at::arange(dst_index.sym_numel(), dst_index.options());
     at::Tensor grad_x, grad_w;
     if (ctx->needs_input_grad(0)) {
       grad_x = std::get<0>(gather_scatter_op(grad_out, dst_index, src, present(weight),
-                                             ctx->saved_data["num_src"].toSymInt(), false));
+                                             ctx->saved_data["num_src"].toSymInt(), false, kCheckedBefore));
     }
     if (ctx->saved_data["weight_grad"].toBool()) {
       static auto sddmm = c10::Dispatcher::singleton().findSchemaOrThrow("pyg_fast::sddmm", "").typed<
@@ -88,7 +95,7 @@ class GatherScatterFunction : public torch::autograd::Function<GatherScatterFunc
       grad_w = sddmm.call(grad_out.view_symint({-1, heads, width}), x.view_symint({-1, heads, width}), dst_index, src,
                           "dot", -1);
     }
-    return {grad_x, at::Tensor(), at::Tensor(), grad_w, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_x, at::Tensor(), at::Tensor(), grad_w, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -98,13 +105,15 @@ class GatherScatterFunction : public torch::autograd::Function<GatherScatterFunc
 // took 60 us of host time each on an H200 host.
 Outputs gather_scatter_autograd(const at::Tensor& x, const std::optional<at::Tensor>& src_index,
                                 const at::Tensor& dst_index, const std::optional<at::Tensor>& weight,
-                                c10::SymInt num_rows, bool mean, int64_t flag_slot) {
+                                c10::SymInt num_rows, bool mean, int64_t flag_slot,
+                                const std::optional<at::Tensor>& checked) {
   const bool record = at::GradMode::is_enabled() && (x.requires_grad() || (weight && weight->requires_grad()));
   if (!record) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    return gather_scatter_op(x, src_index, dst_index, weight, std::move(num_rows), mean, flag_slot);
+    return gather_scatter_op(x, src_index, dst_index, weight, std::move(num_rows), mean, flag_slot, checked);
   }
-  auto outputs = GatherScatterFunction::apply(x, src_index, dst_index, weight, std::move(num_rows), mean, flag_slot);
+  auto outputs =
+      GatherScatterFunction::apply(x, src_index, dst_index, weight, std::move(num_rows), mean, flag_slot, checked);
   return {outputs[0], outputs[1], outputs[2]};
 }
 

@@ -7,6 +7,10 @@
 
 namespace pyg_fast {
 
+// flag_slot of a call whose indices were checked by another op (its forward's, a range check):
+// no flags are zeroed or raised, and they come back empty. Out-of-range edges are still skipped.
+constexpr int64_t kCheckedBefore = -2;
+
 // x: [N, F]; src_index: optional [E] int64 (absent: N == E); dst_index: [E] int64; weight:
 // optional [E, H], H | F.
 inline void check_gather_scatter_args(const at::Tensor& x, const std::optional<at::Tensor>& src_index,

@@ -35,12 +35,12 @@ __device__ __forceinline__ void atomic_add_values(double* p, const double (&v)[V
 }
 
 // An edge's ends checked: whether both lie in range; a lane-0 thread raises the flag of each that
-// does not.
+// does not (flags == nullptr: the caller checked them, none are raised).
 __device__ __forceinline__ bool gather_scatter_edge_ok(int64_t s, int64_t d, int64_t num_src, int64_t num_dst,
                                                        bool report, int64_t* __restrict__ flags) {
   const bool src_ok = static_cast<uint64_t>(s) < static_cast<uint64_t>(num_src);
   const bool dst_ok = static_cast<uint64_t>(d) < static_cast<uint64_t>(num_dst);
-  if (report && !(src_ok && dst_ok)) {
+  if (report && flags != nullptr && !(src_ok && dst_ok)) {
     if (!src_ok) flags[0] = 1;
     if (!dst_ok) flags[1] = 1;
   }
