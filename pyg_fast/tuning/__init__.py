@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from pyg_fast.config import config as _config
-from pyg_fast.ops import _layout
+from pyg_fast.ops import _deferred, _layout
 from pyg_fast.tuning.reorder import device_cache_bytes
 
 DEFAULT_RULES = os.path.join(os.path.dirname(__file__), "rules.json")
@@ -258,30 +258,32 @@ class Trial:
     caches), with CUDA events around the second round's; ``settled()`` gives the fastest once the
     events have completed (queried, never waited for), None before. The extra launches happen once
     per graph and input: the call that starts the trial and its outputs are those of the first
-    candidate, the rule's pick."""
-    __slots__ = ("launches", "events")
+    candidate, the rule's pick. Nothing runs or is read during a CUDA graph capture (the timing
+    launches would be recorded into the graph, and events cannot be queried then)."""
+    __slots__ = ("launches", "device", "events")
 
-    def __init__(self, launches: List[Launch]):
-        self.launches = launches
+    def __init__(self, launches: List[Launch], device: torch.device):
+        self.launches, self.device = launches, device
         self.events: Optional[List[Tuple[torch.cuda.Event, torch.cuda.Event]]] = None
 
     def run(self, call) -> None:
-        if self.events is not None:
+        if self.events is not None or _deferred._capturing():
             return
         events = []
+        stream = torch.cuda.current_stream(self.device)  # the ops' stream: they run on their inputs' device
         with torch.no_grad():
             for timed in (False, True):
                 for launch in self.launches:
                     if timed:
                         events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
-                        events[-1][0].record()
+                        events[-1][0].record(stream)
                     call(launch)
                     if timed:
-                        events[-1][1].record()
+                        events[-1][1].record(stream)
         self.events = events
 
     def settled(self) -> Optional[Launch]:
-        if self.events is None or not self.events[-1][1].query():
+        if self.events is None or _deferred._capturing() or not self.events[-1][1].query():
             return None
         times = [start.elapsed_time(end) for start, end in self.events]
         return self.launches[min(range(len(times)), key=times.__getitem__)]
@@ -328,7 +330,8 @@ def segment_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool = Fa
     if _config.measure_launches and not torch.are_deterministic_algorithms_enabled():
         launches = _candidates(ptr, stats, num_rows, num_features, values.element_size(), gather,
                                num_features // heads)
-        launch = memo[key] = launches[0] if len(launches) == 1 else launches[0]._replace(trial=Trial(launches))
+        launch = memo[key] = launches[0] if len(launches) == 1 else launches[0]._replace(
+            trial=Trial(launches, ptr.device))
         return launch
     p = choose(num_rows, ptr.numel() - 1, num_features, values.element_size(), gather, num_features // heads,
                stats.max_segment, graph_aware=True)

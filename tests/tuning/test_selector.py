@@ -144,7 +144,7 @@ class _Event:
 
 def test_a_trial_settles_on_the_fastest_once_its_timings_are_in():
     launches = [tuning.Launch([i], None) for i in range(3)]
-    trial = tuning.Trial(launches)
+    trial = tuning.Trial(launches, torch.device("cpu"))
     assert trial.settled() is None  # not run yet
     trial.events = [(_Event(True, 0.0), _Event(True, end=ms)) for ms in (0.3, 0.1, 0.2)]
     trial.events[-1] = (_Event(True, 0.0), _Event(False, end=0.2))
