@@ -174,6 +174,9 @@ def load_rules(path: Optional[str] = None) -> dict:
     def params(p: dict) -> List[int]:
         return [SCHEDULES[p["schedule"]], p["max_lanes"], p["threads"], p["chunk"]]
 
+    if any("candidates" not in entry for entry in rules["table"]):
+        raise ValueError(f"pyg_fast: the rules table {path} has entries without 'candidates' (written by an "
+                         "earlier benchmarks.tune_segment); build it again from its sweep with --from-jsonl")
     features = [float(v) for entry in rules["table"] for v in entry["features"]]
     table = [v for entry in rules["table"]
              for v in params(entry["candidates"][0]) + params(entry.get("geot_params", rules["default"]))]
@@ -345,6 +348,10 @@ def _candidates(ptr: Tensor, stats, num_rows: int, num_features: int, element_si
     """The distinct launches of the nearest table entry's candidate configurations (the C++
     selector's pick first: the same nearest entry, by the same weighted distance)."""
     num_segments = ptr.numel() - 1
+    if not rules()["table"]:  # nothing measured: the selector's fallback alone
+        p = choose(num_rows, num_segments, num_features, element_size, gather, feature_block, stats.max_segment,
+                   graph_aware=True)
+        return [_with_layout([SCHEDULES[p["schedule"]], p["lanes"], p["vec"], p["threads"], p["chunk"]], ptr, stats)]
     point = torch.tensor(features(num_rows, num_segments, num_features, element_size, gather, stats.max_segment),
                          dtype=torch.float64)
     entry_features, weights = _table

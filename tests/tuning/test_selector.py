@@ -131,6 +131,32 @@ def test_candidates_are_the_nearest_entrys_distinct_launches(table):
     assert torch.equal(groups.data, _layout.neighbor_groups(ptr, groups.config[4], None))
 
 
+def test_candidates_of_an_empty_table_are_the_fallback(tmp_path):
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps({"source": "empty", "weights": [1.0] * 6, "table": [],
+                                "default": dict(schedule="chunk", max_lanes=8, threads=128, chunk=256)}))
+    tuning.load_rules(str(path))
+    try:
+        ptr = torch.tensor([0, 3, 3, 11])
+        launches = tuning._candidates(ptr, _layout.SegmentStats(8, {}), 11, 16, 4, True, 16)
+    finally:
+        tuning.load_rules()
+    assert len(launches) == 1 and launches[0].config[0] == tuning.SCHEDULES["chunk"]
+
+
+def test_a_table_without_candidates_is_refused(tmp_path):
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps({"source": "old", "weights": [1.0] * 6,
+                                "default": dict(schedule="row", max_lanes=8, threads=128, chunk=256),
+                                "table": [{"features": [1.0] * 6,
+                                           "params": dict(schedule="row", max_lanes=8, threads=128, chunk=256)}]}))
+    try:
+        with pytest.raises(ValueError, match="without 'candidates'"):
+            tuning.load_rules(str(path))
+    finally:
+        tuning.load_rules()
+
+
 class _Event:
     def __init__(self, done, start=0.0, end=0.0):
         self.done, self.start, self.end = done, start, end
