@@ -259,22 +259,34 @@ class Trial:
     """Candidate launches of one input over a reused graph, each timed once on a call's own data:
     ``run(call)`` launches ``call(launch)`` for every candidate, twice (the first round warms the
     caches), with CUDA events around the second round's; ``settled()`` gives the fastest once the
-    events have completed (queried, never waited for), None before. The extra launches happen once
-    per graph and input: the call that starts the trial and its outputs are those of the first
-    candidate, the rule's pick. Nothing runs or is read during a CUDA graph capture (the timing
-    launches would be recorded into the graph, and events cannot be queried then)."""
-    __slots__ = ("launches", "device", "events")
+    events have completed (queried, never waited for), None before. A sleep kernel holds the stream
+    while the host queues the launches, so that the events time the kernels back to back and not
+    the host's pace; where the sleep ended before the last launch was queued, the timings are
+    dropped and the next call runs the trial again with a sleep twice as long, up to ``TRIES``
+    times, after which the rule's pick stays. The extra launches happen once per graph and input:
+    the call that starts the trial and its outputs are those of the first candidate, the rule's
+    pick. Nothing runs or is read during a CUDA graph capture (the timing launches would be
+    recorded into the graph, and events cannot be queried then)."""
+    __slots__ = ("launches", "device", "events", "held", "tries")
+    # Timed unheld on H200, the trial picked configurations of 2x the best's device time on inputs
+    # of 6-30 us (citeseer, wordnet18): the host's 10-20 us a launch set the events' gaps.
+    SLEEP_CYCLES = 1_000_000  # 1.5 ms on H200 (655 k cycles a ms), against 0.45-0.7 ms of queueing a trial
+    TRIES = 3
 
     def __init__(self, launches: List[Launch], device: torch.device):
-        self.launches, self.device = launches, device
+        self.launches, self.device, self.tries = launches, device, 0
         self.events: Optional[List[Tuple[torch.cuda.Event, torch.cuda.Event]]] = None
+        self.held = False  # whether the sleep still ran when the last launch was queued
 
     def run(self, call) -> None:
         if self.events is not None or _deferred._capturing():
             return
         events = []
-        stream = torch.cuda.current_stream(self.device)  # the ops' stream: they run on their inputs' device
-        with torch.no_grad():
+        with torch.cuda.device(self.device), torch.no_grad():
+            stream = torch.cuda.current_stream()  # the ops' stream: they run on their inputs' device
+            torch.cuda._sleep(self.SLEEP_CYCLES << self.tries)
+            held = torch.cuda.Event()
+            held.record(stream)
             for timed in (False, True):
                 for launch in self.launches:
                     if timed:
@@ -283,11 +295,16 @@ class Trial:
                     call(launch)
                     if timed:
                         events[-1][1].record(stream)
-        self.events = events
+        self.events, self.held, self.tries = events, not held.query(), self.tries + 1
 
     def settled(self) -> Optional[Launch]:
         if self.events is None or _deferred._capturing() or not self.events[-1][1].query():
             return None
+        if not self.held:
+            if self.tries < self.TRIES:
+                self.events = None  # the next call runs it again, with a longer sleep
+                return None
+            return self.launches[0]
         times = [start.elapsed_time(end) for start, end in self.events]
         return self.launches[min(range(len(times)), key=times.__getitem__)]
 

@@ -470,9 +470,9 @@ def test_reused_graph_gets_the_measured_launch():
     # the first call times the candidates (the selector's pick serves it); once their timings are
     # in, the fastest is kept
     assert measured.trial is not None and measured.trial.launches[0].config == measured.config
-    for _ in range(2):
+    for _ in range(tuning.Trial.TRIES):  # one run, or one for each time the host outpaced its sleep
         assert_close(pyg_fast.segment_reduce(src, ptr=ptr), ref, torch.float32)
-    torch.cuda.synchronize()
+        torch.cuda.synchronize()
     settled = tuning.segment_launch(src.view(1, 5000, 16), ptr, 5000)
     assert settled.trial is None and any(settled is launch for launch in measured.trial.launches)
     assert tuning.segment_launch(src.view(1, 5000, 16), ptr, 5000) is settled
@@ -503,7 +503,9 @@ def test_a_reused_graph_times_its_candidates_once_unless_deterministic(gather, m
     for _ in range(12):
         assert_close(call(), ref, torch.float32)
         torch.cuda.synchronize()
-    assert len(runs) == 1 and len(runs[0].launches) > 1 and runs[0].settled() is not None
+    # one trial, run again only where the host outpaced its holding sleep
+    assert len({id(trial) for trial in runs}) == 1 and len(runs) <= tuning.Trial.TRIES
+    assert len(runs[0].launches) > 1 and runs[0].settled() is not None
     runs.clear()
     index = index.clone()  # a new graph
     torch.use_deterministic_algorithms(True, warn_only=True)

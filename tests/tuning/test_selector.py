@@ -172,6 +172,7 @@ def test_a_trial_settles_on_the_fastest_once_its_timings_are_in():
     launches = [tuning.Launch([i], None) for i in range(3)]
     trial = tuning.Trial(launches, torch.device("cpu"))
     assert trial.settled() is None  # not run yet
+    trial.held, trial.tries = True, 1
     trial.events = [(_Event(True, 0.0), _Event(True, end=ms)) for ms in (0.3, 0.1, 0.2)]
     trial.events[-1] = (_Event(True, 0.0), _Event(False, end=0.2))
     assert trial.settled() is None  # the last candidate's launch has not run yet
@@ -180,6 +181,19 @@ def test_a_trial_settles_on_the_fastest_once_its_timings_are_in():
     calls = []
     trial.run(calls.append)
     assert calls == []  # a trial runs once
+
+
+def test_a_trial_timed_at_the_hosts_pace_runs_again_then_keeps_the_rules_pick():
+    """Timings taken after the holding sleep ended are dropped: the trial asks for another run
+    (``events`` cleared) until ``TRIES`` runs were all unheld, then keeps the first candidate."""
+    launches = [tuning.Launch([i], None) for i in range(3)]
+    trial = tuning.Trial(launches, torch.device("cpu"))
+    for tries in range(1, tuning.Trial.TRIES + 1):
+        trial.held, trial.tries = False, tries
+        trial.events = [(_Event(True, 0.0), _Event(True, end=ms)) for ms in (0.3, 0.1, 0.2)]
+        if tries < tuning.Trial.TRIES:
+            assert trial.settled() is None and trial.events is None
+    assert trial.settled() is launches[0]
 
 
 def test_slice_count_rule():
