@@ -333,15 +333,29 @@ def issue28(res: Results, rep: Report) -> None:
                    detail="not measured on an H100, the table's GPU; on " + ", ".join(sorted({g for *_, g in rows}))
                    + " the slowest case reads " + _worst([(c, v) for c, v, _ in rows], ("graph", "F"), 1))
     cases = res.times("selector_heldout")
-    ratios = [(c, by["selector"]["ms"] / by["exhaustive_best"]["ms"]) for c, by in cases
-              if "selector" in by and "exhaustive_best" in by]
-    if ratios:
+    # a reused graph's pick (what its calls settled on where run, else the fastest of its
+    # candidates by the sweep), and the table's alone
+    run = any("measured_run" in by for _, by in cases)
+    for method, what in (("measured_run" if run else "measured", "a reused graph's pick (its candidates timed)"),
+                         ("selector", "the table's pick alone (compiled and first calls)")):
+        ratios = [(c, by[method]["ms"] / by["exhaustive_best"]["ms"]) for c, by in cases
+                  if method in by and "exhaustive_best" in by and by[method]["ms"] is not None]
+        if not ratios:
+            if method != "selector" and cases:
+                rep.target(28, f"selector within 10% of the exhaustive best on held-out graphs, {what}",
+                           float("nan"), 90, "%", detail="not recorded: the last selector_heldout run predates it")
+            continue
         share = 100 * sum(v <= 1.1 for _, v in ratios) / len(ratios)
-        rep.target(28, f"selector within 10% of the exhaustive best on held-out graphs (share of {len(ratios)} cases)",
-                   share, 90, "%")
-        rep.target(28, "selector on held-out graphs over the exhaustive best (worst case)", max(v for _, v in ratios),
-                   1.3, higher_is_better=False,
-                   detail=f"{sum(v > 1.3 for _, v in ratios)} cases above 1.3x; geomean {geomean(v for _, v in ratios):.3f}x")
+        worst = max(v for _, v in ratios)
+        detail = f"{sum(v > 1.3 for _, v in ratios)} cases above 1.3x; geomean {geomean(v for _, v in ratios):.3f}x"
+        if method != "selector":
+            rep.target(28, f"selector within 10% of the exhaustive best on held-out graphs, {what} (share of "
+                           f"{len(ratios)} cases)", share, 90, "%")
+            rep.target(28, f"selector on held-out graphs over the exhaustive best, {what} (worst case)", worst, 1.3,
+                       higher_is_better=False, detail=detail)
+        else:
+            rep.note(f"Held out, {what}: {share:.1f}% of {len(ratios)} cases within 10% of the best, worst "
+                     f"{worst:.2f}x ({detail}).")
 
 
 def issue30(res: Results, rep: Report) -> None:

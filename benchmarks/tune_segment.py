@@ -11,9 +11,10 @@ the GPU and writes the rule table that pyg_fast.tuning reads (pyg_fast/tuning/ru
     python -m benchmarks.tune_segment --out DIR --zoo   # the zoo's graphs (benchmarks.graphs), F up to 256
 
 Every configuration's output is checked against torch before it is timed. The table keeps,
-for each input measured, the configuration that did best over it and its nearest inputs
-(``consensus``) and the input's features; at run time the selector takes the nearest entry (that
-configuration where a per-graph layout may be used, else the input's best GeoT schedule). Graph-aware schedules are timed with their layout already built
+for each input measured, its features and the configurations that did best over it and its
+nearest inputs, best first (``ranked``); at run time the selector takes the nearest entry (its
+first configuration where a per-graph layout may be used, else the input's best GeoT schedule),
+and a reused graph's calls time all of them (``tuning.TRIAL_CANDIDATES``). Graph-aware schedules are timed with their layout already built
 (it is built once per graph and reused). Configurations are timed by their device time
 (``benchmarks.common.device_ms``: L2 flushed before each call, the host's share left out), so that
 the host's pace never picks a schedule on a small graph. The graphs are generated power-law
@@ -194,9 +195,15 @@ NEIGHBOURS = 3
 
 def consensus(entry, table, weights, neighbours: int = NEIGHBOURS) -> dict:
     """The configuration ``entry`` (a sweep result) stands for in a rule table built from
-    ``table``: the lowest summed log(time / best) over ``entry``'s ``neighbours`` nearest entries of
-    ``table`` (``entry`` itself where it is one), among configurations swept on all of them (the
-    nearest one's best where none is)."""
+    ``table``: the first of :func:`ranked`."""
+    return ranked(entry, table, weights, 1, neighbours)[0]
+
+
+def ranked(entry, table, weights, count: int, neighbours: int = NEIGHBOURS) -> list:
+    """The ``count`` configurations of lowest summed log(time / best) over ``entry``'s
+    ``neighbours`` nearest entries of ``table`` (``entry`` itself where it is one), among
+    configurations swept on all of them, best first (the nearest one's best alone where none is):
+    the candidates a reused graph's calls time (``tuning.TRIAL_CANDIDATES``)."""
     near = sorted(table, key=lambda o: _distance(weights, entry["features"], o["features"]))[:neighbours]
     costs = {}
     for o in near:
@@ -204,8 +211,8 @@ def consensus(entry, table, weights, neighbours: int = NEIGHBOURS) -> dict:
             costs.setdefault(_config_key(t), []).append(math.log(t["ms"] / o["best_ms"]))
     swept = {key: sum(c) for key, c in costs.items() if len(c) == len(near)}
     if not swept:  # grids with nothing in common (other feature sizes sweep other configurations)
-        return near[0]["best"]
-    return dict(min(swept, key=swept.get))
+        return [near[0]["best"]]
+    return [dict(key) for key in sorted(swept, key=swept.get)[:count]]
 
 
 def select(table, features, weights) -> dict:
@@ -306,8 +313,8 @@ def write_rules(results, out_dir: str, device_name: str) -> None:
     source = (f"{device_name} sweep by benchmarks/tune_segment.py over {len(results)} inputs (cold-L2 timing); "
               f"leave-one-graph-out: {within}/{len(ratios)} picks within 10% of the best, geometric mean {geo:.3f}x the best")
     print(source)
-    table = [dict(features=r["features"], params=consensus(r, results, weights), geot_params=r["geot_best"])
-             for r in results]
+    table = [dict(features=r["features"], candidates=ranked(r, results, weights, tuning.TRIAL_CANDIDATES),
+                  geot_params=r["geot_best"]) for r in results]
     rules = dict(source=source, weights=weights, default=table[0]["geot_params"] if table else {}, table=table)
     with open(os.path.join(out_dir, "rules.json"), "w") as f:
         json.dump(rules, f, indent=1)

@@ -15,6 +15,14 @@
     table shipped in ``pyg_fast/tuning/rules.json``). Takes effect through
     :func:`pyg_fast.tuning.load_rules`.
 
+``measure_launches``
+    Whether a graph reused in eager mode on CUDA times its table entry's candidate schedules
+    (``pyg_fast.tuning.TRIAL_CANDIDATES``) once on its own data and keeps the fastest (the default;
+    with no synchronisation: the choice takes effect once the timings have reached the host, a call
+    or two later), or keeps the table's first pick. Off under
+    ``torch.use_deterministic_algorithms``, where the schedule, and with it the order of each sum,
+    must not depend on a timing.
+
 ``segment_matmul_autotune``, ``segment_matmul_tune_file``
     Whether the segmented matmul times its best candidate launches on the GPU for each new kind
     of input (else a performance model picks one), and a JSON file keeping those choices across
@@ -30,6 +38,7 @@ VALIDATE_MODES = ("async", "sync")
 class Config:
     validate: str = "async"
     tuning_rules: Optional[str] = None
+    measure_launches: bool = True
     segment_matmul_autotune: bool = False
     segment_matmul_tune_file: Optional[str] = None
 

@@ -118,10 +118,10 @@ def test_sweep_merge_keeps_lower_timing_of_unchanged_schedules():
     assert plain[1] is new[0]
 
 
-def test_consensus_picks_what_the_neighbours_share():
+def test_consensus_and_candidates_are_what_the_neighbours_share():
     """An entry stands for the configuration with the lowest summed log(time / best) over it and its
     nearest entries, among configurations swept on all of them; the far entry does not vote."""
-    from benchmarks.tune_segment import consensus, select
+    from benchmarks.tune_segment import consensus, ranked, select
     row, groups, edges = (dict(schedule=s, max_lanes=32, threads=256, chunk=c)
                           for s, c in (("row", 256), ("groups", 0), ("edges", 1024)))
     entry = lambda x, timings: dict(features=[x], best_ms=min(timings, key=lambda t: t[0])[0],
@@ -139,6 +139,10 @@ def test_consensus_picks_what_the_neighbours_share():
     assert select(table, [0.2], weights) == groups  # the nearest entry (a) and its consensus
     apart = entry(0.5, [(1.00, dict(row, chunk=32))])  # a grid that shares nothing with a's
     assert consensus(apart, [apart, a], weights) == dict(row, chunk=32)
+    # the candidates a reused graph times: the shared configurations by summed log cost, best first
+    assert ranked(a, table, weights, 5) == [groups, row]
+    assert ranked(a, table, weights, 5, neighbours=1) == [edges, row, groups]
+    assert ranked(a, table, weights, 2, neighbours=1) == [edges, row]
 
 def test_sweep_quick_on_cpu(tmp_path):
     """The tuning sweep runs end to end (quick graphs, on the CPU, where configurations do not

@@ -88,11 +88,21 @@ def reduce_csr(x2: Tensor, src_index: Tensor, ptr: Tensor, weight: Optional[Tens
         return torch.cat([reduce_csr(part, src_index, ptr, weight, reduce)
                           for part in x2.split(x2.size(1) // slices, dim=1)], dim=1)
     # only without gradients, where the copy was timed (an eager training forward reads int64)
-    if launch.config and launch.config[0] in _INT32_SCHEDULES and not (
-            torch.is_grad_enabled() and (x2.requires_grad or (weight is not None and weight.requires_grad))):
+    narrow = not (torch.is_grad_enabled() and (x2.requires_grad or (weight is not None and weight.requires_grad)))
+    x2, weight = x2.contiguous(), None if weight is None else weight.contiguous()
+    if launch.trial is not None:
+        launch.trial.run(lambda candidate: _index_reduce(x2, src_index, ptr, weight, reduce, candidate, narrow))
+    return _index_reduce(x2, src_index, ptr, weight, reduce, launch, narrow)
+
+
+def _index_reduce(x2: Tensor, src_index: Tensor, ptr: Tensor, weight: Optional[Tensor], reduce: str,
+                  launch: tuning.Launch, narrow: bool) -> Tensor:
+    """``pyg_fast::index_segment_reduce`` with ``launch``, over an int32 copy of ``src_index`` where
+    ``narrow`` and the launch's schedule gains by one."""
+    if narrow and launch.config and launch.config[0] in _INT32_SCHEDULES:
         src_index = _layout.narrow_gather_index(src_index, x2)
-    return run(torch.ops.pyg_fast.index_segment_reduce, x2.contiguous(), src_index, ptr,
-               None if weight is None else weight.contiguous(), reduce, launch.config, launch.data)
+    return run(torch.ops.pyg_fast.index_segment_reduce, x2, src_index, ptr, weight, reduce, launch.config,
+               launch.data)
 
 
 def csr_launch(x2: Tensor, ptr: Tensor, num_edges, heads: int = 1) -> Optional[tuning.Launch]:
@@ -110,8 +120,11 @@ def reduce_rows(src3: Tensor, layout: _layout.SegmentLayout, reduce: str,
     if layout.perm is None:
         if launch is None:
             launch = rows_launch(src3, layout)
-        return run(torch.ops.pyg_fast.segment_reduce, src3.contiguous(), layout.ptr, reduce, launch.config,
-                   launch.data)
+        src3 = src3.contiguous()
+        if launch.trial is not None:
+            launch.trial.run(lambda candidate: run(torch.ops.pyg_fast.segment_reduce, src3, layout.ptr, reduce,
+                                                   candidate.config, candidate.data))
+        return run(torch.ops.pyg_fast.segment_reduce, src3, layout.ptr, reduce, launch.config, launch.data)
     if src3.size(0) == 1:  # the rows gathered in sorted order inside the kernel
         # squeeze, not src3[0]: a select's backward zero-fills and copies an [1, E, F] gradient
         # (PyG's SAGE step on 500 k edges with patch(), CPU: 82 of 762 ms in fill_)
@@ -151,8 +164,9 @@ def keeps(index: Optional[Tensor], values: Tensor, dim_size: Optional[int]) -> b
 
 def final_launch(launch: Optional[tuning.Launch], values: Tensor) -> bool:
     """Whether ``launch`` is the one later calls take: whole rows, chosen from the graph's
-    statistics on CUDA (a graph's first calls there get ``AUTO``), any on the CPU."""
-    return launch is not None and (launch is not tuning.AUTO or not values.is_cuda)
+    statistics on CUDA (a graph's first calls there get ``AUTO``) and settled (no trial pending),
+    any on the CPU."""
+    return launch is not None and (launch is not tuning.AUTO or not values.is_cuda) and launch.trial is None
 
 
 def keep_rows(key: Optional[Tuple], index: Tensor, src3: Tensor, layout: _layout.SegmentLayout, dim_size: int,

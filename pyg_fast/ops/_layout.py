@@ -73,6 +73,13 @@ def peek(tensor: Tensor, key: Tuple) -> object:
     return None if entries is None else entries.get(slot)
 
 
+def forget(tensor: Tensor, key: Tuple) -> None:
+    """Drops what :func:`cached` holds for ``tensor`` under ``key``, if anything."""
+    entries, slot = _entries(tensor, key, create=False)
+    if entries is not None:
+        entries.pop(slot, None)
+
+
 def known(tensor: Tensor) -> bool:
     """Whether anything is cached with ``tensor``'s storage owner."""
     return _entries(tensor, (), create=False)[0] is not None

@@ -20,6 +20,9 @@ entry holds the configuration that did best over it and its nearest entries), ov
 - here, with the graph's measured skew and the graph-aware schedules, for a graph reused in eager
   mode once its statistics have reached the host (``_layout.segment_stats``: computed on the
   device from the second reduction of the same sizes over it, copied without a synchronisation).
+  There the nearest entry's ``TRIAL_CANDIDATES`` configurations are timed once on the call's own
+  data (a :class:`Trial`, read back without a synchronisation) and the fastest is kept
+  (``config.measure_launches``).
 
 ``explain`` says what an input gets; ``set_override`` forces a choice (the tuning sweep and the
 benchmarks use it).
@@ -32,7 +35,7 @@ import torch
 from torch import Tensor
 
 from pyg_fast.config import config as _config
-from pyg_fast.ops import _layout
+from pyg_fast.ops import _deferred, _layout
 from pyg_fast.tuning.reorder import device_cache_bytes
 
 DEFAULT_RULES = os.path.join(os.path.dirname(__file__), "rules.json")
@@ -150,13 +153,20 @@ def _device_caches(device_type: str, index: int) -> Tuple[int, ...]:
 
 
 _rules: Optional[dict] = None
+_table: Optional[Tuple[Tensor, Tensor]] = None  # the entries' features [n, 6] and the weights, float64
 _override: Optional[Dict] = None
+
+# Configurations a reused graph's input times (the nearest entry's, best first: ``Trial``). Left
+# out of the table, the zoo's 17 graphs' 230 inputs (H200 sweep): the first alone is within 10%
+# of the best on 82.6% (worst 1.89x), the fastest of the first 3 on 93.9% (1.46x), of 6 on 100%
+# (1.09x).
+TRIAL_CANDIDATES = 6
 
 
 def load_rules(path: Optional[str] = None) -> dict:
     """Loads a measured table (``path``, else ``config.tuning_rules``, else the shipped one) into
     the selector and returns it."""
-    global _rules
+    global _rules, _table
     path = path or _config.tuning_rules or DEFAULT_RULES
     with open(path) as f:
         rules = json.load(f)
@@ -164,12 +174,17 @@ def load_rules(path: Optional[str] = None) -> dict:
     def params(p: dict) -> List[int]:
         return [SCHEDULES[p["schedule"]], p["max_lanes"], p["threads"], p["chunk"]]
 
+    if any("candidates" not in entry for entry in rules["table"]):
+        raise ValueError(f"pyg_fast: the rules table {path} has entries without 'candidates' (written by an "
+                         "earlier benchmarks.tune_segment); build it again from its sweep with --from-jsonl")
     features = [float(v) for entry in rules["table"] for v in entry["features"]]
     table = [v for entry in rules["table"]
-             for v in params(entry["params"]) + params(entry.get("geot_params", rules["default"]))]
+             for v in params(entry["candidates"][0]) + params(entry.get("geot_params", rules["default"]))]
     torch.ops.pyg_fast.set_segment_rules([float(w) for w in rules["weights"]], features, table,
                                          params(rules["default"]))
     _rules = rules
+    _table = (torch.tensor(features, dtype=torch.float64).view(-1, 6),
+              torch.tensor([float(w) for w in rules["weights"]], dtype=torch.float64))
     return rules
 
 
@@ -233,9 +248,65 @@ def explain(num_rows: int, num_segments: int, num_features: int, element_size: i
 
 class Launch(NamedTuple):
     """The ``config`` and ``schedule_data`` arguments of a segment op; an empty config lets the op
-    choose from the sizes."""
+    choose from the sizes. ``trial``: the :class:`Trial` this launch stands in for until it has
+    settled (the caller runs it: ``Trial.run``)."""
     config: Sequence[int]
     data: Optional[Tensor]
+    trial: Optional["Trial"] = None
+
+
+class Trial:
+    """Candidate launches of one input over a reused graph, each timed once on a call's own data:
+    ``run(call)`` launches ``call(launch)`` for every candidate, twice (the first round warms the
+    caches), with CUDA events around the second round's; ``settled()`` gives the fastest once the
+    events have completed (queried, never waited for), None before. A sleep kernel holds the stream
+    while the host queues the launches, so that the events time the kernels back to back and not
+    the host's pace; where the sleep ended before the last launch was queued, the timings are
+    dropped and the next call runs the trial again with a sleep twice as long, up to ``TRIES``
+    times, after which the rule's pick stays. The extra launches happen once per graph and input:
+    the call that starts the trial and its outputs are those of the first candidate, the rule's
+    pick. Nothing runs or is read during a CUDA graph capture (the timing launches would be
+    recorded into the graph, and events cannot be queried then)."""
+    __slots__ = ("launches", "device", "events", "held", "tries")
+    # Timed unheld on H200, the trial picked configurations of 2x the best's device time on inputs
+    # of 6-30 us (citeseer, wordnet18): the host's 10-20 us a launch set the events' gaps.
+    SLEEP_CYCLES = 1_000_000  # 1.5 ms on H200 (655 k cycles a ms), against 0.45-0.7 ms of queueing a trial
+    TRIES = 3
+
+    def __init__(self, launches: List[Launch], device: torch.device):
+        self.launches, self.device, self.tries = launches, device, 0
+        self.events: Optional[List[Tuple[torch.cuda.Event, torch.cuda.Event]]] = None
+        self.held = False  # whether the sleep still ran when the last launch was queued
+
+    def run(self, call) -> None:
+        if self.events is not None or _deferred._capturing():
+            return
+        events = []
+        with torch.cuda.device(self.device), torch.no_grad():
+            stream = torch.cuda.current_stream()  # the ops' stream: they run on their inputs' device
+            torch.cuda._sleep(self.SLEEP_CYCLES << self.tries)
+            held = torch.cuda.Event()
+            held.record(stream)
+            for timed in (False, True):
+                for launch in self.launches:
+                    if timed:
+                        events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+                        events[-1][0].record(stream)
+                    call(launch)
+                    if timed:
+                        events[-1][1].record(stream)
+        self.events, self.held, self.tries = events, not held.query(), self.tries + 1
+
+    def settled(self) -> Optional[Launch]:
+        if self.events is None or _deferred._capturing() or not self.events[-1][1].query():
+            return None
+        if not self.held:
+            if self.tries < self.TRIES:
+                self.events = None  # the next call runs it again, with a longer sleep
+                return None
+            return self.launches[0]
+        times = [start.elapsed_time(end) for start, end in self.events]
+        return self.launches[min(range(len(times)), key=times.__getitem__)]
 
 
 AUTO = Launch((), None)
@@ -262,6 +333,13 @@ def segment_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool = Fa
     key = (num_rows, values.size(-1), values.element_size(), gather, heads)
     launch = memo.get(key)
     if launch is not None:
+        if launch.trial is not None:
+            settled = launch.trial.settled()
+            if settled is not None:
+                for loser in launch.trial.launches:
+                    if loser.data is not None and loser.data is not settled.data:
+                        _layout.forget(ptr, _layout_key(loser.config))
+                launch = memo[key] = settled
         return launch
     if _layout.first_use(ptr, ("launch",) + key):  # statistics cost 30 ops: not for a graph used once
         return AUTO
@@ -269,15 +347,57 @@ def segment_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool = Fa
     if stats is None:
         return AUTO
     num_features = values.size(-1)
+    if _config.measure_launches and not torch.are_deterministic_algorithms_enabled():
+        launches = _candidates(ptr, stats, num_rows, num_features, values.element_size(), gather,
+                               num_features // heads)
+        launch = memo[key] = launches[0] if len(launches) == 1 else launches[0]._replace(
+            trial=Trial(launches, ptr.device))
+        return launch
     p = choose(num_rows, ptr.numel() - 1, num_features, values.element_size(), gather, num_features // heads,
                stats.max_segment, graph_aware=True)
-    data = None
-    if p["schedule"] == "groups":
-        data = _layout.neighbor_groups(ptr, p["chunk"], stats.num_groups[p["chunk"]])
-    elif p["schedule"] == "balanced":
-        data = _layout.balanced_order(ptr)
-    launch = memo[key] = Launch([SCHEDULES[p["schedule"]], p["lanes"], p["vec"], p["threads"], p["chunk"]], data)
+    launch = memo[key] = _with_layout([SCHEDULES[p["schedule"]], p["lanes"], p["vec"], p["threads"], p["chunk"]],
+                                      ptr, stats)
     return launch
+
+
+def _candidates(ptr: Tensor, stats, num_rows: int, num_features: int, element_size: int, gather: bool,
+                feature_block: int) -> List[Launch]:
+    """The distinct launches of the nearest table entry's candidate configurations (the C++
+    selector's pick first: the same nearest entry, by the same weighted distance)."""
+    num_segments = ptr.numel() - 1
+    if not rules()["table"]:  # nothing measured: the selector's fallback alone
+        p = choose(num_rows, num_segments, num_features, element_size, gather, feature_block, stats.max_segment,
+                   graph_aware=True)
+        return [_with_layout([SCHEDULES[p["schedule"]], p["lanes"], p["vec"], p["threads"], p["chunk"]], ptr, stats)]
+    point = torch.tensor(features(num_rows, num_segments, num_features, element_size, gather, stats.max_segment),
+                         dtype=torch.float64)
+    entry_features, weights = _table
+    entry = rules()["table"][int(((entry_features - point) ** 2 * weights).sum(1).argmin())]
+    launches, seen = [], set()
+    for p in entry["candidates"]:
+        config = tuple(torch.ops.pyg_fast.segment_schedule_resolve(
+            SCHEDULES[p["schedule"]], p["max_lanes"], p["threads"], p["chunk"], num_rows, num_segments, num_features,
+            element_size, feature_block))
+        grouped = config[0] == SCHEDULES["groups"]
+        if config not in seen and (not grouped or config[4] in stats.num_groups):
+            seen.add(config)
+            launches.append(_with_layout(list(config), ptr, stats))
+    return launches
+
+
+def _layout_key(config: Sequence[int]) -> Tuple:
+    """The ``_layout`` cache key of a graph-aware schedule's layout."""
+    return ("neighbor_groups", config[4]) if config[0] == SCHEDULES["groups"] else ("balanced_order",)
+
+
+def _with_layout(config: List[int], ptr: Tensor, stats) -> Launch:
+    """A launch of ``config`` with its graph-aware layout, if it has one (built once, cached with ``ptr``)."""
+    data = None
+    if config[0] == SCHEDULES["groups"]:
+        data = _layout.neighbor_groups(ptr, config[4], stats.num_groups[config[4]])
+    elif config[0] == SCHEDULES["balanced"]:
+        data = _layout.balanced_order(ptr)
+    return Launch(config, data)
 
 
 def _forced_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool, heads: int) -> Launch:

@@ -239,8 +239,10 @@ def test_a_reused_pair_of_indices_skips_their_checks_until_one_changes(monkeypat
     src, dst = random_graph(40, 300, 30, device)
     x = torch.randn(40, 2, 8, device=device)
     w = torch.rand(300, 2, device=device)
-    for _ in range(8):  # past the COO route's first uses and the launch's statistics
+    for _ in range(8):  # past the COO route's first uses, the launch's statistics and its trial
         pyg_fast.index_weight_segment_reduce(x, src, dst, w, 30, reduce)
+        if device == "cuda":  # the trial settles once its events are in
+            torch.cuda.synchronize()
     checked = []
     monkeypatch.setattr(module, "check_index_tensor", lambda *args, **kwargs: checked.append(args[1]))
     w2 = torch.rand(300, 2, device=device)

@@ -467,8 +467,55 @@ def test_reused_graph_gets_the_measured_launch():
     assert list(measured.config) == [tuning.SCHEDULES[expected["schedule"]], expected["lanes"], expected["vec"],
                                      expected["threads"], expected["chunk"]]
     assert tuning.segment_launch(src.view(1, 5000, 16), ptr, 5000) is measured
-    for _ in range(2):
+    # the first call times the candidates (the selector's pick serves it); once their timings are
+    # in, the fastest is kept
+    assert measured.trial is not None and measured.trial.launches[0].config == measured.config
+    for _ in range(tuning.Trial.TRIES):  # one run, or one for each time the host outpaced its sleep
         assert_close(pyg_fast.segment_reduce(src, ptr=ptr), ref, torch.float32)
+        torch.cuda.synchronize()
+    settled = tuning.segment_launch(src.view(1, 5000, 16), ptr, 5000)
+    assert settled.trial is None and any(settled is launch for launch in measured.trial.launches)
+    assert tuning.segment_launch(src.view(1, 5000, 16), ptr, 5000) is settled
+    assert_close(pyg_fast.segment_reduce(src, ptr=ptr), ref, torch.float32)
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="needs CUDA")
+@pytest.mark.parametrize("gather", [False, True])
+def test_a_reused_graph_times_its_candidates_once_unless_deterministic(gather, monkeypatch):
+    """A reused graph's reduction times its candidate launches once, in the call that starts the
+    trial, and every call returns the reference's numbers; under deterministic algorithms it keeps
+    the table's pick untimed."""
+    from pyg_fast import tuning
+    runs = []
+    original = tuning.Trial.run
+    monkeypatch.setattr(tuning.Trial, "run", lambda self, call: runs.append(self) or original(self, call))
+    num_rows, num_segments = 20000, 700
+    index = random_index(num_rows, num_segments, "cuda", huge_segment=True).sort().values
+    src = torch.randn(num_rows, 32, device="cuda")
+    x, gathered = torch.randn(900, 32, device="cuda"), torch.randint(0, 900, (num_rows,), device="cuda")
+    rows = x[gathered] if gather else src
+    ref = scatter_reference(rows, index, num_segments, "sum")
+
+    def call():
+        if gather:
+            return pyg_fast.ops.index_segment_reduce(x, gathered, index, num_segments, "sum")
+        return pyg_fast.segment_reduce(src, index=index, dim_size=num_segments, sorted=True)
+    for _ in range(12):
+        assert_close(call(), ref, torch.float32)
+        torch.cuda.synchronize()
+    # one trial, run again only where the host outpaced its holding sleep
+    assert len({id(trial) for trial in runs}) == 1 and len(runs) <= tuning.Trial.TRIES
+    assert len(runs[0].launches) > 1 and runs[0].settled() is not None
+    runs.clear()
+    index = index.clone()  # a new graph
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        for _ in range(12):
+            assert_close(call(), ref, torch.float32)
+            torch.cuda.synchronize()
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert runs == []
 
 
 @pytest.mark.parametrize("device", DEVICES)

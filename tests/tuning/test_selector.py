@@ -50,7 +50,11 @@ def table(tmp_path):
     rules = {"source": "test table", "weights": [1.0] * 6,
              "default": dict(schedule="row", max_lanes=32, threads=256, chunk=256),
              "table": [{"features": [20, 3, 5, 4, 1, 1],
-                        "params": dict(schedule="groups", max_lanes=0, threads=128, chunk=0),
+                        "candidates": [dict(schedule="groups", max_lanes=0, threads=128, chunk=0),
+                                       dict(schedule="chunk", max_lanes=32, threads=128, chunk=512),
+                                       dict(schedule="balanced", max_lanes=32, threads=128, chunk=0),
+                                       dict(schedule="chunk", max_lanes=8, threads=128, chunk=512),
+                                       dict(schedule="chunk", max_lanes=16, threads=128, chunk=512)],
                         "geot_params": dict(schedule="chunk", max_lanes=32, threads=128, chunk=64)}]}
     path = tmp_path / "rules.json"
     path.write_text(json.dumps(rules))
@@ -99,10 +103,97 @@ def test_cpu_takes_no_config():
 
 def test_shipped_rules_name_known_schedules():
     for entry in tuning.rules()["table"]:
-        for key in ("params", "geot_params"):
-            if key in entry:
-                assert entry[key]["schedule"] in tuning.SCHEDULES
-        assert entry.get("geot_params", entry["params"])["schedule"] not in tuning.GRAPH_AWARE
+        assert 1 <= len(entry["candidates"]) <= tuning.TRIAL_CANDIDATES
+        for params in entry["candidates"] + [entry["geot_params"]]:
+            assert params["schedule"] in tuning.SCHEDULES
+        assert entry["geot_params"]["schedule"] not in tuning.GRAPH_AWARE
+
+
+def test_candidates_are_the_nearest_entrys_distinct_launches(table):
+    """A reused graph's trial launches: the nearest entry's candidates resolved for the input, the
+    selector's own pick first, each configuration once, graph-aware ones with their layouts."""
+    ptr = torch.tensor([0, 3, 3, 11, 12, 20, 24])
+    stats = _layout.SegmentStats(8, {size: int(ptr.diff().add(size - 1).div(size, rounding_mode="floor")
+                                               .clamp(min=1).sum()) for size in _layout.GROUP_SIZES})
+    launches = tuning._candidates(ptr, stats, 24, 48, 4, True, 48)
+    first = tuning.choose(24, 6, 48, 4, True, 48, 8, graph_aware=True)
+    assert launches[0].config == [tuning.SCHEDULES[first["schedule"]], first["lanes"], first["vec"],
+                                  first["threads"], first["chunk"]]
+    configs = [tuple(launch.config) for launch in launches]
+    # at F = 48 (12 vectors) the chunk candidates of at most 32 and 16 lanes both take 16: one launch
+    assert len(set(configs)) == len(configs) == 4
+    names = [list(tuning.SCHEDULES)[c[0]] for c in configs]
+    assert names[0] == "groups" and "balanced" in names and "chunk" in names
+    for launch, name in zip(launches, names):
+        assert (launch.data is not None) == (name in tuning.GRAPH_AWARE)
+        assert launch.trial is None
+    groups = launches[0]
+    assert torch.equal(groups.data, _layout.neighbor_groups(ptr, groups.config[4], None))
+
+
+def test_candidates_of_an_empty_table_are_the_fallback(tmp_path):
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps({"source": "empty", "weights": [1.0] * 6, "table": [],
+                                "default": dict(schedule="chunk", max_lanes=8, threads=128, chunk=256)}))
+    tuning.load_rules(str(path))
+    try:
+        ptr = torch.tensor([0, 3, 3, 11])
+        launches = tuning._candidates(ptr, _layout.SegmentStats(8, {}), 11, 16, 4, True, 16)
+    finally:
+        tuning.load_rules()
+    assert len(launches) == 1 and launches[0].config[0] == tuning.SCHEDULES["chunk"]
+
+
+def test_a_table_without_candidates_is_refused(tmp_path):
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps({"source": "old", "weights": [1.0] * 6,
+                                "default": dict(schedule="row", max_lanes=8, threads=128, chunk=256),
+                                "table": [{"features": [1.0] * 6,
+                                           "params": dict(schedule="row", max_lanes=8, threads=128, chunk=256)}]}))
+    try:
+        with pytest.raises(ValueError, match="without 'candidates'"):
+            tuning.load_rules(str(path))
+    finally:
+        tuning.load_rules()
+
+
+class _Event:
+    def __init__(self, done, start=0.0, end=0.0):
+        self.done, self.start, self.end = done, start, end
+
+    def query(self):
+        return self.done
+
+    def elapsed_time(self, other):
+        return other.end - self.start
+
+
+def test_a_trial_settles_on_the_fastest_once_its_timings_are_in():
+    launches = [tuning.Launch([i], None) for i in range(3)]
+    trial = tuning.Trial(launches, torch.device("cpu"))
+    assert trial.settled() is None  # not run yet
+    trial.held, trial.tries = True, 1
+    trial.events = [(_Event(True, 0.0), _Event(True, end=ms)) for ms in (0.3, 0.1, 0.2)]
+    trial.events[-1] = (_Event(True, 0.0), _Event(False, end=0.2))
+    assert trial.settled() is None  # the last candidate's launch has not run yet
+    trial.events[-1] = (_Event(True, 0.0), _Event(True, end=0.2))
+    assert trial.settled() is launches[1]
+    calls = []
+    trial.run(calls.append)
+    assert calls == []  # a trial runs once
+
+
+def test_a_trial_timed_at_the_hosts_pace_runs_again_then_keeps_the_rules_pick():
+    """Timings taken after the holding sleep ended are dropped: the trial asks for another run
+    (``events`` cleared) until ``TRIES`` runs were all unheld, then keeps the first candidate."""
+    launches = [tuning.Launch([i], None) for i in range(3)]
+    trial = tuning.Trial(launches, torch.device("cpu"))
+    for tries in range(1, tuning.Trial.TRIES + 1):
+        trial.held, trial.tries = False, tries
+        trial.events = [(_Event(True, 0.0), _Event(True, end=ms)) for ms in (0.3, 0.1, 0.2)]
+        if tries < tuning.Trial.TRIES:
+            assert trial.settled() is None and trial.events is None
+    assert trial.settled() is launches[0]
 
 
 def test_slice_count_rule():
