@@ -14,8 +14,8 @@ Every configuration's output is checked against torch before it is timed. The ta
 for each input measured, its features and the configurations that did best over it and its
 nearest inputs, best first (``ranked``); at run time the selector takes the nearest entry (its
 first configuration where a per-graph layout may be used, else the input's best GeoT schedule),
-and a reused graph's calls time all of them (``tuning.TRIAL_CANDIDATES``). Graph-aware schedules are timed with their layout already built
-(it is built once per graph and reused). Configurations are timed by their device time
+and a reused graph's calls time all of them (``tuning.TRIAL_CANDIDATES``). Graph-aware schedules
+are timed with their layout already built (it is built once per graph and reused). Configurations are timed by their device time
 (``benchmarks.common.device_ms``: L2 flushed before each call, the host's share left out), so that
 the host's pace never picks a schedule on a small graph. The graphs are generated power-law
 graphs of four sizes and the benchmarks' graphs (Cora, PubMed, arxiv_like, reddit2_like, an SBM).
@@ -215,6 +215,13 @@ def ranked(entry, table, weights, count: int, neighbours: int = NEIGHBOURS) -> l
     return [dict(key) for key in sorted(swept, key=swept.get)[:count]]
 
 
+def rule_table(results, weights) -> list:
+    """The entries of a rule table built from the sweep ``results``: each input's features, its
+    candidates (``ranked``) and its best GeoT schedule."""
+    return [dict(features=r["features"], candidates=ranked(r, results, weights, tuning.TRIAL_CANDIDATES),
+                 geot_params=r["geot_best"]) for r in results]
+
+
 def select(table, features, weights) -> dict:
     """The configuration a rule table built from ``table`` picks for an input of ``features``."""
     return consensus(nearest(table, features, weights), table, weights)
@@ -313,8 +320,7 @@ def write_rules(results, out_dir: str, device_name: str) -> None:
     source = (f"{device_name} sweep by benchmarks/tune_segment.py over {len(results)} inputs (cold-L2 timing); "
               f"leave-one-graph-out: {within}/{len(ratios)} picks within 10% of the best, geometric mean {geo:.3f}x the best")
     print(source)
-    table = [dict(features=r["features"], candidates=ranked(r, results, weights, tuning.TRIAL_CANDIDATES),
-                  geot_params=r["geot_best"]) for r in results]
+    table = rule_table(results, weights)
     rules = dict(source=source, weights=weights, default=table[0]["geot_params"] if table else {}, table=table)
     with open(os.path.join(out_dir, "rules.json"), "w") as f:
         json.dump(rules, f, indent=1)

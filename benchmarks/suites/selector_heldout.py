@@ -29,7 +29,7 @@ import pyg_fast
 from benchmarks.common import Recorder
 from benchmarks.graphs import QUICK_GRAPHS, load_graph, selected
 from benchmarks.tune_segment import (ZOO_FEATURE_SIZES, feature_sizes_of, input_key, merged, nearest, picked_ms,
-                                     ranked, read_jsonl, sweep_graph, zoo_graph_names)
+                                     ranked, read_jsonl, rule_table, sweep_graph, zoo_graph_names)
 from pyg_fast import tuning
 from pyg_fast.ops import _kernels
 
@@ -75,9 +75,7 @@ def settled_picks(results: list, shipped: list, weights, device) -> dict:
     try:
         for name in sorted({r["graph"] for r in results}):
             table = [o for o in pool if o["graph"] != name]
-            held = dict(source=f"held out: {name}", weights=weights, default=default, table=[
-                dict(features=o["features"], candidates=ranked(o, table, weights, tuning.TRIAL_CANDIDATES),
-                     geot_params=o["geot_best"]) for o in table])
+            held = dict(source=f"held out: {name}", weights=weights, default=default, table=rule_table(table, weights))
             with tempfile.TemporaryDirectory() as folder:
                 path = os.path.join(folder, "rules.json")
                 with open(path, "w") as f:

@@ -347,17 +347,22 @@ def segment_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool = Fa
     if stats is None:
         return AUTO
     num_features = values.size(-1)
+    sizes = (ptr, stats, num_rows, num_features, values.element_size(), gather, num_features // heads)
     if _config.measure_launches and not torch.are_deterministic_algorithms_enabled():
-        launches = _candidates(ptr, stats, num_rows, num_features, values.element_size(), gather,
-                               num_features // heads)
+        launches = _candidates(*sizes)
         launch = memo[key] = launches[0] if len(launches) == 1 else launches[0]._replace(
             trial=Trial(launches, ptr.device))
         return launch
-    p = choose(num_rows, ptr.numel() - 1, num_features, values.element_size(), gather, num_features // heads,
-               stats.max_segment, graph_aware=True)
-    launch = memo[key] = _with_layout([SCHEDULES[p["schedule"]], p["lanes"], p["vec"], p["threads"], p["chunk"]],
-                                      ptr, stats)
+    launch = memo[key] = _chosen(*sizes)
     return launch
+
+
+def _chosen(ptr: Tensor, stats, num_rows: int, num_features: int, element_size: int, gather: bool,
+            feature_block: int) -> Launch:
+    """The C++ selector's pick for the graph's skew, with its graph-aware layout."""
+    p = choose(num_rows, ptr.numel() - 1, num_features, element_size, gather, feature_block, stats.max_segment,
+               graph_aware=True)
+    return _with_layout([SCHEDULES[p["schedule"]], p["lanes"], p["vec"], p["threads"], p["chunk"]], ptr, stats)
 
 
 def _candidates(ptr: Tensor, stats, num_rows: int, num_features: int, element_size: int, gather: bool,
@@ -366,9 +371,7 @@ def _candidates(ptr: Tensor, stats, num_rows: int, num_features: int, element_si
     selector's pick first: the same nearest entry, by the same weighted distance)."""
     num_segments = ptr.numel() - 1
     if not rules()["table"]:  # nothing measured: the selector's fallback alone
-        p = choose(num_rows, num_segments, num_features, element_size, gather, feature_block, stats.max_segment,
-                   graph_aware=True)
-        return [_with_layout([SCHEDULES[p["schedule"]], p["lanes"], p["vec"], p["threads"], p["chunk"]], ptr, stats)]
+        return [_chosen(ptr, stats, num_rows, num_features, element_size, gather, feature_block)]
     point = torch.tensor(features(num_rows, num_segments, num_features, element_size, gather, stats.max_segment),
                          dtype=torch.float64)
     entry_features, weights = _table
