@@ -25,7 +25,7 @@ def random_operands(Na, Nb, shape, dtype, device, op):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("op", list(OPS))
-@pytest.mark.parametrize("shape", [(1,), (3,), (64,), (4, 16), (2, 7), (1, 130)])
+@pytest.mark.parametrize("shape", [(1,), (3,), (64,), (4, 16), (2, 7), (1, 130), (1, 384), (1, 528)])
 @pytest.mark.parametrize("b_sorted", [False, True])
 def test_matches_gather_reference(device, dtype, op, shape, b_sorted):
     Na, Nb, E = 20, 15, 150
@@ -102,7 +102,7 @@ def test_dot_beyond_int32_counts_cuda():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("op", list(OPS))
-@pytest.mark.parametrize("shape", [(1,), (16,), (64,), (4, 16), (2, 130)])
+@pytest.mark.parametrize("shape", [(1,), (16,), (64,), (4, 16), (2, 130), (288,)])
 def test_int32_indices_cuda(op, shape):
     """The CUDA kernels read int32 edge indices as int64 ones; the public op reads a reused graph's
     through int32 copies (from its second call on) with the same result."""

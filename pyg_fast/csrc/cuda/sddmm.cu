@@ -49,6 +49,14 @@ int vector_width(int64_t row_len, const at::Tensor& a, const at::Tensor& b, cons
 constexpr int kSddmmUnroll = 4;
 constexpr int64_t kSddmmMaxChunk = 16;
 
+// Rows of a given edges in flight per group for VEC-wide loads: kSddmmUnroll of 16-byte vectors,
+// half as many of the 32-byte ones (the same bytes in flight; four kept the int32 kernel at 64
+// registers with 76 bytes of spills, two at 56 with none).
+template <typename scalar_t, int VEC>
+constexpr int dot_unroll() {
+  return VEC * sizeof(scalar_t) > 16 ? kSddmmUnroll * 16 / static_cast<int>(VEC * sizeof(scalar_t)) : kSddmmUnroll;
+}
+
 // Resident blocks of a kernel per SM (its registers decide): the dot grid is one wave of them,
 // grid-striding; eight a SM regardless left a partial third wave (ncu: up to a third of the time).
 template <typename Kernel>
@@ -62,14 +70,15 @@ template <typename scalar_t, typename index_t, typename edge_t, int LANES, int V
 void launch_dot_with(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_index, const at::Tensor& b_index,
                      at::Tensor& out, int64_t* flags, cudaStream_t stream) {
   using acc_t = at::opmath_type<scalar_t>;
-  const auto kernel = sddmm_dot_kernel<scalar_t, acc_t, index_t, edge_t, LANES, VEC, kSddmmUnroll>;
+  constexpr int kUnroll = dot_unroll<scalar_t, VEC>();
+  const auto kernel = sddmm_dot_kernel<scalar_t, acc_t, index_t, edge_t, LANES, VEC, kUnroll>;
   constexpr int64_t kGroupsPerBlock = kSddmmThreadsPerBlock / LANES;
   static const int64_t per_sm = blocks_per_sm(kernel);  // one instantiation, one kernel
   const int64_t E = a_index.numel(), H = a.size(1);
   const int64_t blocks = per_sm * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t per_group = (E * H + blocks * kGroupsPerBlock - 1) / (blocks * kGroupsPerBlock);
-  const int64_t chunk = std::clamp<int64_t>((per_group + kSddmmUnroll - 1) / kSddmmUnroll * kSddmmUnroll,
-                                            kSddmmUnroll, kSddmmMaxChunk);
+  const int64_t chunk =
+      std::clamp<int64_t>((per_group + kUnroll - 1) / kUnroll * kUnroll, kUnroll, kSddmmMaxChunk);
   const int64_t items = (E + chunk - 1) / chunk * H;
   const int64_t grid = std::max<int64_t>(1, std::min(blocks, (items + kGroupsPerBlock - 1) / kGroupsPerBlock));
   kernel<<<grid, kSddmmThreadsPerBlock, 0, stream>>>(
@@ -158,8 +167,19 @@ at::Tensor sddmm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& a_i
     constexpr int kMaxVec = 16 / sizeof(scalar_t);
     const bool wide = vector_width<scalar_t>(op == EdgeOp::Dot ? D : H * D, a, b, out) == kMaxVec;
     if (op == EdgeOp::Dot) {
-      wide ? launch_dot<scalar_t, kMaxVec>(a, b, a_index, b_index, out, flags, stream)
-           : launch_dot<scalar_t, 1>(a, b, a_index, b_index, out, flags, stream);
+      // Rows past one 16-byte pass of a warp (D > 128 floats): 32-byte vectors a lane, so that one
+      // pass covers up to 256 floats and a lane keeps its slice of b's row while consecutive edges
+      // share it (a destination's edges), where two passes reloaded it for every edge.
+      const bool doubled = wide && D > 32 * kMaxVec && D % (2 * kMaxVec) == 0 &&
+                           reinterpret_cast<uintptr_t>(a.const_data_ptr()) % 32 == 0 &&
+                           reinterpret_cast<uintptr_t>(b.const_data_ptr()) % 32 == 0;
+      if (doubled) {
+        launch_dot<scalar_t, 2 * kMaxVec>(a, b, a_index, b_index, out, flags, stream);
+      } else if (wide) {
+        launch_dot<scalar_t, kMaxVec>(a, b, a_index, b_index, out, flags, stream);
+      } else {
+        launch_dot<scalar_t, 1>(a, b, a_index, b_index, out, flags, stream);
+      }
     } else {  // int32 indices read as int64: the elementwise ops move D values an edge, not one
       const at::Tensor ai = a_index.to(at::kLong), bi = b_index.to(at::kLong);
       wide ? launch_elementwise<scalar_t, kMaxVec>(op, a, b, ai, bi, out, flags, stream)

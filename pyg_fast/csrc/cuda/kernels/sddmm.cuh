@@ -2,8 +2,9 @@
 //
 // a [Na, H, D], b [Nb, H, D]; edge e joins row a_index[e] of a with row b_index[e] of b.
 //  * dot: one group of LANES threads per run of consecutive edges of one head; each lane loads
-//    VEC consecutive features at a time (16-byte loads where D allows) and the group sums its
-//    partial dot products with an xor-shuffle tree of log2(LANES) steps. LANES is adapted to D
+//    VEC consecutive features at a time (16-byte loads where D allows, 32-byte ones where a warp's
+//    16-byte loads do not cover D) and the group sums its partial dot products with an
+//    xor-shuffle tree of log2(LANES) steps. LANES is adapted to D
 //    (the smallest power of two with LANES * VEC >= D, at most 32: G-Sparse's adaptive warp
 //    shuffle), so small D packs several groups into one warp instead of idling lanes.
 //  * add/sub/mul/div: one thread per VEC consecutive outputs of [E, H * D].
