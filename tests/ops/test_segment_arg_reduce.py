@@ -76,7 +76,7 @@ def test_ptr_covering_part_of_the_rows_and_another_dim(device):
 @pytest.mark.parametrize("given", ["ptr", "index"])
 def test_a_long_segment_ties_and_nan(device, dtype, reduce, num_features, given):
     """A segment longer than many threads' runs of rows (their keys meet in one output), short and
-    empty ones, values rounded to force ties, a few NaN; given as a pointer (with rows outside
+    empty ones, values rounded to force ties, a few NaN and infinities; given as a pointer (with rows outside
     every segment) or as a shuffled index (grouped through a permutation)."""
     gen = torch.Generator().manual_seed(7)
     lengths = torch.randint(0, 12, (60,), generator=gen)
@@ -86,6 +86,8 @@ def test_a_long_segment_ties_and_nan(device, dtype, reduce, num_features, given)
     src = torch.randn(E, num_features, generator=gen).mul(2).round()
     if dtype.is_floating_point:
         src[torch.rand(E, num_features, generator=gen) < 0.002] = float("nan")
+        src[torch.rand(E, num_features, generator=gen) < 0.002] = float("inf")
+        src[torch.rand(E, num_features, generator=gen) < 0.002] = float("-inf")
     elif dtype == torch.uint8:
         src = src.add(3).clamp(min=0)
     src = src.to(device=device, dtype=dtype)
