@@ -92,8 +92,16 @@ class GatherScatterFunction : public torch::autograd::Function<GatherScatterFunc
                      int64_t)>();
       const auto heads = weight.sym_size(1);
       const auto width = grad_out.sym_size(1) / heads;
-      grad_w = sddmm.call(grad_out.view_symint({-1, heads, width}), x.view_symint({-1, heads, width}), dst_index, src,
-                          "dot", -1);
+      const auto dots = [&] {
+        return sddmm.call(grad_out.view_symint({-1, heads, width}), x.view_symint({-1, heads, width}), dst_index,
+                          src, "dot", -1);
+      };
+      if (at::GradMode::is_enabled()) {  // a backward that is itself recorded (create_graph)
+        grad_w = dots();
+      } else {  // below sddmm's Python autograd wrapper (about 7 us a call, see below): nothing to record
+        at::AutoDispatchBelowADInplaceOrView guard;
+        grad_w = dots();
+      }
     }
     return {grad_x, at::Tensor(), at::Tensor(), grad_w, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
