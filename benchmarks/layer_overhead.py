@@ -1,11 +1,13 @@
 """Per-call host cost where Python and dispatch overhead dominate, stock PyG against pyg_fast,
 on the CPU with one thread.
 
-    python -m benchmarks.layer_overhead [--steps 2000] [--blocks 9] [--profile GAT]
+    python -m benchmarks.layer_overhead [--steps 2000] [--blocks 9] [--fresh] [--profile GAT]
     python -m benchmarks.layer_overhead --models [--nodes 2708 --edges 10556] [--steps 100] [--blocks 9]
 
 Default: one layer on a tiny graph (50 nodes), a training step's layer work (forward +
-backward) of GCN, GIN, SAGE and GAT. ``--models``: the end-to-end models of
+backward) of GCN, GIN, SAGE and GAT; ``--fresh`` hands every step a new edge_index (a copy of
+the next of 64 random graphs), as a mini-batch loop does, so that the graph's preparation is paid
+every step. ``--models``: the end-to-end models of
 ``benchmarks/suites/e2e.py`` (3 layers) with tiny features (8 channels, GAT 4 heads x 2, so
 kernels cost little) on a Cora-sized graph (2,708 nodes, 10,556 power-law edges; ``--nodes``
 and ``--edges`` change it: on a tiny one what is left is host time): a training step (forward,
@@ -23,6 +25,7 @@ import argparse
 import copy
 import cProfile
 import functools
+import itertools
 import pstats
 import time
 from typing import Callable, Dict, List, Tuple
@@ -84,11 +87,21 @@ def check(ref: torch.nn.Module, fast: torch.nn.Module, x: torch.Tensor, edge_ind
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
 
 
-def us_per_step(layer: torch.nn.Module, x: torch.Tensor, edge_index: torch.Tensor, steps: int) -> float:
+def us_per_step(layer: torch.nn.Module, x: torch.Tensor, edges: Callable[[], torch.Tensor], steps: int) -> float:
     start = time.perf_counter()
     for _ in range(steps):
-        step(layer, x, edge_index)
+        step(layer, x, edges())
     return (time.perf_counter() - start) / steps * 1e6
+
+
+def edge_source(fresh: bool, num_nodes: int, num_edges: int) -> Callable[[], torch.Tensor]:
+    """The edge_index of each step: one tensor throughout, or (``fresh``) a new copy of the next of
+    64 random graphs every step (a copy: a graph seen again must not find what was kept for it)."""
+    graphs = [torch.randint(0, num_nodes, (2, num_edges)) for _ in range(64 if fresh else 1)]
+    if not fresh:
+        return lambda: graphs[0]
+    cycle = itertools.cycle(graphs)
+    return lambda: next(cycle).clone()
 
 
 def median_us(fns: Dict[str, Callable[[], object]], steps: int, blocks: int) -> Dict[str, float]:
@@ -180,6 +193,7 @@ def main() -> None:
                         help="steps per timed block (default 2000 per layer, 100 with --models)")
     parser.add_argument("--blocks", type=int, default=9, help="timed blocks per backend (median taken)")
     parser.add_argument("--profile", choices=["GCN", "GIN", "SAGE", "GAT"], default=None)
+    parser.add_argument("--fresh", action="store_true", help="layers: a new edge_index every step")
     parser.add_argument("--models", action="store_true", help="3-layer models, training and inference steps")
     parser.add_argument("--nodes", type=int, default=MODEL_NODES, help="--models: nodes of the graph")
     parser.add_argument("--edges", type=int, default=MODEL_EDGES, help="--models: edges of the graph")
@@ -191,23 +205,24 @@ def main() -> None:
     steps = args.steps or 2000
     torch.manual_seed(0)
     x = torch.randn(NUM_NODES, CHANNELS, requires_grad=True)
-    edge_index = torch.randint(0, NUM_NODES, (2, NUM_EDGES))
+    edges = edge_source(args.fresh, NUM_NODES, NUM_EDGES)
     pairs = make_layers()
     if args.profile:
         fast = pairs[args.profile][1]
-        us_per_step(fast, x, edge_index, 100)
+        us_per_step(fast, x, edges, 100)
         profiler = cProfile.Profile()
-        profiler.runcall(us_per_step, fast, x, edge_index, steps)
+        profiler.runcall(us_per_step, fast, x, edges, steps)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
         return
-    print(f"{NUM_NODES} nodes, {NUM_EDGES} edges, {CHANNELS} channels, forward + backward, 1 thread, "
+    graph = "a new edge_index every step" if args.fresh else "one edge_index"
+    print(f"{NUM_NODES} nodes, {NUM_EDGES} edges ({graph}), {CHANNELS} channels, forward + backward, 1 thread, "
           f"median of {args.blocks} blocks of {steps} steps")
     print("| layer | PyG (us/step) | pyg_fast (us/step) | pyg_fast / PyG |")
     print("| --- | --- | --- | --- |")
     for name, (ref, fast) in pairs.items():
-        check(ref, fast, x, edge_index)
-        us = median_us({"pyg": lambda ref=ref: step(ref, x, edge_index),
-                        "pyg_fast": lambda fast=fast: step(fast, x, edge_index)}, steps, args.blocks)
+        check(ref, fast, x, edges())
+        us = median_us({"pyg": lambda ref=ref: step(ref, x, edges()),
+                        "pyg_fast": lambda fast=fast: step(fast, x, edges())}, steps, args.blocks)
         print(f"| {name} | {us['pyg']:.1f} | {us['pyg_fast']:.1f} | {us['pyg_fast'] / us['pyg']:.2f} |")
 
 

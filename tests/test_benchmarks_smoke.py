@@ -1,6 +1,8 @@
 """Smoke test of the benchmark harness: every suite runs in quick mode on the CPU and
 gives well-formed records in which every method that ran gave the right answer."""
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -205,3 +207,16 @@ def test_zoo_graph_is_built_once_and_kept_on_disk(monkeypatch, tmp_path):
         data = graphs._zoo_graph("tiny")
         assert data.num_nodes == 4 and data.edge_index.tolist() == [[3, 2, 0, 1], [0, 1, 2, 2]]
     assert len(calls) == 1 and [p.name for p in tmp_path.iterdir()] == [f"tiny-v{graphs.ZOO_VERSION}.pt"]
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_layer_overhead_checks_each_pair_then_times_it(fresh):
+    """The per-layer host-cost table: each PyG / pyg_fast pair's outputs and gradients are checked
+    against each other on the step's graph (a new one every step with --fresh) before timing."""
+    args = [sys.executable, "-m", "benchmarks.layer_overhead", "--steps", "3", "--blocks", "1"]
+    result = subprocess.run(args + (["--fresh"] if fresh else []), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| ") and "us/step" not in line
+            and "---" not in line]
+    assert [row.split("|")[1].strip() for row in rows] == ["GCN", "GIN", "SAGE", "GAT"]
+    assert ("a new edge_index every step" in result.stdout) == fresh
