@@ -220,3 +220,14 @@ def test_layer_overhead_checks_each_pair_then_times_it(fresh):
             and "---" not in line]
     assert [row.split("|")[1].strip() for row in rows] == ["GCN", "GIN", "SAGE", "GAT"]
     assert ("a new edge_index every step" in result.stdout) == fresh
+
+
+def test_op_overhead_checks_every_call_then_times_it():
+    """The per-call host-time table: every call's result is checked against its float64
+    reference before it is timed, and each layer of the op stack gets a row."""
+    args = [sys.executable, "-m", "benchmarks.op_overhead", "--calls", "2", "--rounds", "1"]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    groups = {line.split("|")[1].strip() for line in result.stdout.splitlines()
+              if line.startswith("| ") and "---" not in line and "host us" not in line}
+    assert {"torch", "pyg_fast", "stand-in"} <= groups
