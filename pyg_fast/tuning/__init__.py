@@ -153,7 +153,6 @@ def _device_caches(device_type: str, index: int) -> Tuple[int, ...]:
 
 
 _rules: Optional[dict] = None
-_table: Optional[Tuple[Tensor, Tensor]] = None  # the entries' features [n, 6] and the weights, float64
 _override: Optional[Dict] = None
 
 # Configurations a reused graph's input times (the nearest entry's, best first: ``Trial``). Left
@@ -166,7 +165,7 @@ TRIAL_CANDIDATES = 6
 def load_rules(path: Optional[str] = None) -> dict:
     """Loads a measured table (``path``, else ``config.tuning_rules``, else the shipped one) into
     the selector and returns it."""
-    global _rules, _table
+    global _rules
     path = path or _config.tuning_rules or DEFAULT_RULES
     with open(path) as f:
         rules = json.load(f)
@@ -183,8 +182,6 @@ def load_rules(path: Optional[str] = None) -> dict:
     torch.ops.pyg_fast.set_segment_rules([float(w) for w in rules["weights"]], features, table,
                                          params(rules["default"]))
     _rules = rules
-    _table = (torch.tensor(features, dtype=torch.float64).view(-1, 6),
-              torch.tensor([float(w) for w in rules["weights"]], dtype=torch.float64))
     return rules
 
 
@@ -368,14 +365,13 @@ def _chosen(ptr: Tensor, stats, num_rows: int, num_features: int, element_size: 
 def _candidates(ptr: Tensor, stats, num_rows: int, num_features: int, element_size: int, gather: bool,
                 feature_block: int) -> List[Launch]:
     """The distinct launches of the nearest table entry's candidate configurations (the C++
-    selector's pick first: the same nearest entry, by the same weighted distance)."""
+    selector's pick first: the entry it resolves)."""
     num_segments = ptr.numel() - 1
-    if not rules()["table"]:  # nothing measured: the selector's fallback alone
+    nearest = torch.ops.pyg_fast.segment_schedule_entry(num_rows, num_segments, num_features, element_size, gather,
+                                                        stats.max_segment)
+    if nearest < 0:  # nothing measured: the selector's fallback alone
         return [_chosen(ptr, stats, num_rows, num_features, element_size, gather, feature_block)]
-    point = torch.tensor(features(num_rows, num_segments, num_features, element_size, gather, stats.max_segment),
-                         dtype=torch.float64)
-    entry_features, weights = _table
-    entry = rules()["table"][int(((entry_features - point) ** 2 * weights).sum(1).argmin())]
+    entry = rules()["table"][nearest]
     launches, seen = [], set()
     for p in entry["candidates"]:
         config = tuple(torch.ops.pyg_fast.segment_schedule_resolve(

@@ -131,6 +131,44 @@ def test_candidates_are_the_nearest_entrys_distinct_launches(table):
     assert torch.equal(groups.data, _layout.neighbor_groups(ptr, groups.config[4], None))
 
 
+def test_candidates_come_from_the_entry_nearest_by_the_weighted_distance(tmp_path):
+    """With several entries, the trial's candidates are those of the entry nearest to the input by
+    the table's weighted squared distance (computed here in float64), the entry whose first
+    candidate the C++ selector resolves."""
+    weights = [1.0, 0.5, 2.0, 0.0, 1.0, 0.25]
+    entries = [[4, 1, 4, 4, 1, 0], [5, 2, 6, 4, 1, 2], [3, 1, 5, 4, 0, 1]]
+    schedules = ["chunk", "row", "edges"]
+    rules = {"source": "three entries", "weights": weights,
+             "default": dict(schedule="row", max_lanes=32, threads=256, chunk=256),
+             "table": [{"features": f, "candidates": [dict(schedule=name, max_lanes=8, threads=128, chunk=256)],
+                        "geot_params": dict(schedule=name, max_lanes=8, threads=128, chunk=256)}
+                       for f, name in zip(entries, schedules)]}
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps(rules))
+    tuning.load_rules(str(path))
+    try:
+        seen = set()
+        for num_rows, num_segments, num_features, max_segment in [(24, 6, 16, 8), (40, 4, 64, 30), (9, 9, 32, 1),
+                                                                  (64, 8, 8, 20)]:
+            point = torch.tensor(tuning.features(num_rows, num_segments, num_features, 4, True, max_segment),
+                                 dtype=torch.float64)
+            distances = ((torch.tensor(entries, dtype=torch.float64) - point) ** 2
+                         * torch.tensor(weights, dtype=torch.float64)).sum(1)
+            want = int(distances.argmin())
+            seen.add(want)
+            assert torch.ops.pyg_fast.segment_schedule_entry(num_rows, num_segments, num_features, 4, True,
+                                                             max_segment) == want
+            ptr = torch.linspace(0, num_rows, num_segments + 1).long()
+            launches = tuning._candidates(ptr, _layout.SegmentStats(max_segment, {}), num_rows, num_features, 4,
+                                          True, num_features)
+            assert [list(tuning.SCHEDULES)[launch.config[0]] for launch in launches] == [schedules[want]]
+            assert tuning.choose(num_rows, num_segments, num_features, 4, True, num_features, max_segment,
+                                 graph_aware=True)["schedule"] == schedules[want]
+        assert len(seen) >= 2  # the inputs reach more than one entry
+    finally:
+        tuning.load_rules()
+
+
 def test_candidates_of_an_empty_table_are_the_fallback(tmp_path):
     path = tmp_path / "rules.json"
     path.write_text(json.dumps({"source": "empty", "weights": [1.0] * 6, "table": [],

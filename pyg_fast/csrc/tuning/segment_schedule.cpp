@@ -1,5 +1,6 @@
 // Nearest-neighbour schedule selection over the measured table (see segment_schedule.h) and the
-// ops that expose it to Python: set_segment_rules, segment_schedule, segment_schedule_names.
+// ops that expose it to Python: set_segment_rules, segment_schedule, segment_schedule_entry,
+// segment_schedule_names.
 #include "segment_schedule.h"
 
 #include <torch/library.h>
@@ -102,22 +103,40 @@ std::array<double, 6> features(const Input& in) {
           static_cast<double>(in.element_size), in.gather ? 1.0 : 0.0, log2_at_least_1(skew)};
 }
 
-Config choose(const Input& in) {
+namespace {
+
+// nearest() over a table the caller holds the lock of.
+int64_t nearest_in(const Rules& r, const Input& in) {
   const std::array<double, kFeatures> feat = features(in);
+  int64_t found = -1;
+  double best = INFINITY;
+  for (size_t i = 0; i < r.table.size(); ++i) {
+    double d = 0;
+    for (int k = 0; k < kFeatures; ++k)
+      d += r.weights[k] * (feat[k] - r.table[i].features[k]) * (feat[k] - r.table[i].features[k]);
+    if (d < best) {
+      best = d;
+      found = static_cast<int64_t>(i);
+    }
+  }
+  return found;
+}
+
+}  // namespace
+
+int64_t nearest(const Input& in) {
+  std::shared_lock lock(rules_mutex);
+  return nearest_in(rules(), in);
+}
+
+Config choose(const Input& in) {
   Params p;
   {
     std::shared_lock lock(rules_mutex);
     const Rules& r = rules();
-    p = r.fallback;
-    double best = INFINITY;
-    for (const Entry& e : r.table) {
-      double d = 0;
-      for (int k = 0; k < kFeatures; ++k) d += r.weights[k] * (feat[k] - e.features[k]) * (feat[k] - e.features[k]);
-      if (d < best) {
-        best = d;
-        p = in.graph_aware || !is_graph_aware(e.best.schedule) ? e.best : e.layout_free;
-      }
-    }
+    const int64_t i = nearest_in(r, in);
+    p = i < 0 ? r.fallback
+              : in.graph_aware || !is_graph_aware(r.table[i].best.schedule) ? r.table[i].best : r.table[i].layout_free;
   }
   if (is_graph_aware(p.schedule) && !in.graph_aware) p.schedule = Schedule::Row;  // the fallback entry
   return resolve(p, in);
@@ -188,6 +207,12 @@ std::vector<double> segment_schedule_features(int64_t num_rows, int64_t num_segm
   return {f.begin(), f.end()};
 }
 
+int64_t segment_schedule_entry(int64_t num_rows, int64_t num_segments, int64_t num_features, int64_t element_size,
+                               bool gather, int64_t max_segment) {
+  return pyg_fast::tuning::nearest(
+      {num_rows, num_segments, num_features, element_size, gather, num_features, max_segment, false});
+}
+
 std::vector<std::string> segment_schedule_names() {
   std::vector<std::string> names;
   for (int i = 0; i < pyg_fast::tuning::kNumSchedules; ++i)
@@ -213,6 +238,10 @@ TORCH_LIBRARY_FRAGMENT(pyg_fast, m) {
   // The coordinates of an input in the table: (log2 E, log2 E/V, log2 F, element size, gather, log2 skew).
   m.def("segment_schedule_features(int num_rows, int num_segments, int num_features, int element_size, "
         "bool gather, int max_segment) -> float[]", &segment_schedule_features);
+  // The index of the table entry nearest to an input (the one segment_schedule resolves), -1 for an
+  // empty table.
+  m.def("segment_schedule_entry(int num_rows, int num_segments, int num_features, int element_size, bool gather, "
+        "int max_segment) -> int", &segment_schedule_entry);
   // Schedule names by id.
   m.def("segment_schedule_names() -> str[]", &segment_schedule_names);
 }

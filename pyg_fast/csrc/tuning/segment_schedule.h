@@ -56,6 +56,10 @@ struct Input {
 // The input's coordinates in the table: (log2 E, log2 E/V, log2 F, element size, gather, log2 skew).
 std::array<double, 6> features(const Input& input);
 
+// The index of the measured entry nearest to the input (weighted squared distance over the
+// features; the first of equals), -1 for an empty table.
+int64_t nearest(const Input& input);
+
 // The configuration of an input: the nearest measured entry's parameters, resolved for its sizes.
 // Graph-aware schedules are chosen only where input.graph_aware; chunked ones only where the
 // segments cover every row (always, for validated input).
