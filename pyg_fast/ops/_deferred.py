@@ -4,7 +4,8 @@ A check is a few integer flags on the data's device. On the CPU a raised flag ra
 CUDA the op that checks raises its flags in a slot of a pinned host ring mapped into the device's
 address space (``flag_slot``; csrc/cuda/flag_ring.cuh), where the host reads them with no copy
 and no event a check, and the first pyg_fast call that finds a flag there raises (``poll``;
-:func:`check_errors` waits for every pending check). Flags computed by torch's ops instead are
+:func:`check_errors` waits for every pending check). A recorded call (torch.compile) raises its
+flags in a slot kept for its call site instead (``at_site``). Flags computed by torch's ops instead are
 copied into pinned memory behind the kernels (``report``). ``config.validate = "sync"`` waits at
 the call instead. ``HostValue`` reads a small integer tensor by such a copy, for decisions that
 can wait until the value is there (the schedule of a reused graph).
@@ -89,6 +90,41 @@ class _FlagRing:
 _FLAG_BLOCK = 64
 _flag_ring: Optional[_FlagRing] = None
 
+# Whether a call was recorded with ``at_site``; then the sites' flags: (address of the number of
+# sites in use, address of the first site's slot, bytes a slot), () in a build without CUDA.
+_recorded = False
+_sites: Optional[Tuple[int, ...]] = None
+AT_SITE, AT_SITE_SYNC = -3, -4  # kAtSite, kAtSiteSync in csrc/ops/gather_scatter.h
+
+
+def at_site() -> int:
+    """The ``flag_slot`` of a recorded call (torch.compile, torch.jit.trace): on CUDA its kernel
+    raises the flags in the ring slot kept for its call site, which the next such call,
+    :func:`poll` and :func:`check_errors` read (no host code runs beside a compiled call to hand
+    it a slot); with ``config.validate == "sync"`` it waits and raises at once, as the CPU
+    always does. Decided when the call is recorded."""
+    global _recorded
+    _recorded = True  # a store only: a read would guard the compiled graph on it
+    return AT_SITE_SYNC if config.validate == "sync" else AT_SITE
+
+
+def _poll_sites() -> None:
+    """Raises for a recorded call's raised flags (``at_site``)."""
+    global _sites
+    if _sites is None:
+        if not torch.cuda.is_initialized():  # no CUDA kernel ran: nothing to read, nothing to set up
+            return
+        if not hasattr(torch.ops.pyg_fast, "flag_ring"):
+            _sites = ()
+        else:
+            address, slots, values, count = torch.ops.pyg_fast.flag_ring()
+            _sites = (count, address + slots * values * 8, values * 8)
+    if _sites:
+        count, first, stride = _sites
+        data = ctypes.string_at(first, ctypes.c_int64.from_address(count).value * stride)
+        if data.count(0) != len(data):
+            torch.ops.pyg_fast.raise_site_flags()
+
 
 def flag_slot(messages: Messages, device: torch.device) -> int:
     """The ``flag_slot`` of a check on ``device`` whose flags ``messages`` name: a slot of the ring
@@ -103,7 +139,7 @@ def flag_slot(messages: Messages, device: torch.device) -> int:
         if ring is None:
             if not hasattr(torch.ops.pyg_fast, "flag_ring"):  # a build without CUDA: its ops say so themselves
                 return -1
-            ring = _flag_ring = _FlagRing(*torch.ops.pyg_fast.flag_ring())
+            ring = _flag_ring = _FlagRing(*torch.ops.pyg_fast.flag_ring()[:3])
         n = ring.issued
         if ring.pending and ring.pending[0][0] <= n - ring.slots:  # the slot's last kernels may not have run
             for _, events in ring.closed:
@@ -231,6 +267,8 @@ def poll() -> None:
     if _flag_ring is not None and _flag_ring.pending and not _capturing():
         with _lock:
             _scan_flags(_flag_ring)
+    if _recorded:
+        _poll_sites()
     if not _in_flight or _capturing():
         return
     failure = None
@@ -251,6 +289,8 @@ def poll() -> None:
 
 def check_errors() -> None:
     """Waits for every pending index check and raises for the first that failed."""
+    if _recorded and torch.cuda.is_initialized():  # a recorded call's kernels, on any stream
+        torch.cuda.synchronize()
     ring = _flag_ring
     if ring is not None and ring.pending and not _capturing():
         with _lock:

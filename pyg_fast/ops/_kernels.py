@@ -17,7 +17,6 @@ from torch.fx.experimental.symbolic_shapes import guard_or_false
 
 from pyg_fast import tuning
 from pyg_fast.ops import _deferred, _layout
-from pyg_fast.ops._python_ops import python_op
 
 EXTREMA = ("max", "min", "amax", "amin")
 # The schedules for which an eager call keeps an int32 copy of an int64 source index (the CUDA
@@ -363,47 +362,23 @@ def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, w
     CUDA the kernel raises them in a slot of the flag ring (``_deferred.flag_slot``: no copy; a
     copied report cost 60-110 us of host time a call on an H100 host); on the CPU and with
     validate="sync" they are reported once per pair of index tensors and sizes, as the grouped
-    route checks an index once. Where recorded, by a range check of the indices whose flags take
-    the ring's slot as the eager kernel's do."""
-    def call(slot: int, checked: Optional[Tensor] = None):
+    route checks an index once. Where recorded, the kernel raises them for its call site
+    (``AT_SITE``), read by the next such call or the next eager check."""
+    def call(slot: int, site: str = ""):
         return run(torch.ops.pyg_fast.gather_scatter, x2.contiguous(), src_index, dst_index,
-                   None if weight is None else weight.contiguous(), num_rows, reduce == "mean", slot, checked)
+                   None if weight is None else weight.contiguous(), num_rows, reduce == "mean", slot, site)
     if names is None:
         return call(CHECKED_BEFORE)[0]
     if _layout.eager(x2, dst_index):
         return _deferred.checked(call, functools.partial(_range_messages, names, x2.size(0), num_rows),
                                  dst_index.device,
                                  lambda: _first_report(src_index, dst_index, (num_rows, x2.size(0), names)))[0]
-    # Recorded: the flags come from a check of the indices, not from this call's kernel, so that
-    # every layer's check of one edge_index is the same op, which the compiler merges into one a
-    # step (a 3-layer SAGE ran three report ops a step, about 80 us of host time each on an H200
-    # host). The check's output goes to the call's `checked`, which orders the check first and
-    # keeps it (an op whose output nothing reads is removed, side effects or not).
-    return call(CHECKED_BEFORE, _checked_range(src_index, dst_index, names, x2.size(0), num_rows))[0]
+    return call(_deferred.at_site(), names)[0]
 
 
 def _range_messages(names: str, num_src: int, num_dst: int) -> Tuple[_deferred.Message, _deferred.Message]:
     src_name, src_size, dst_name, dst_size = names.split("|")
     return _layout.range_message(src_name, num_src, src_size), _layout.range_message(dst_name, num_dst, dst_size)
-
-
-@python_op("checked_range")
-def _checked_range(src_index: Optional[Tensor], dst_index: Tensor, names: str, num_src: int, num_dst: int) -> Tensor:
-    """Checks the ends of a recorded ``gather_scatter`` (see its ``names``) with one range-check
-    launch whose flags go to a slot of the ring on CUDA (``_layout.check_ranges``: no copy and no
-    event, where the report of a copied flag tensor took them on every new graph); returns an empty
-    tensor for :func:`gather_scatter`'s ``checked``."""
-    src_name, src_size, dst_name, dst_size = names.split("|")
-    if src_index is None:  # no source to check
-        _layout.check_ranges([dst_index], [num_dst], [(dst_name, dst_size)])
-    else:
-        _layout.check_ranges([src_index, dst_index], [num_src, num_dst], [(src_name, src_size), (dst_name, dst_size)])
-    return dst_index.new_empty(0)
-
-
-@torch.library.register_fake("pyg_fast::checked_range")
-def _(src_index, dst_index, names, num_src, num_dst):
-    return dst_index.new_empty(0)
 
 
 def _first_report(src_index: Optional[Tensor], dst_index: Tensor, key: Tuple) -> bool:
@@ -421,8 +396,8 @@ def _first_report(src_index: Optional[Tensor], dst_index: Tensor, key: Tuple) ->
 
 
 @torch.library.register_fake("pyg_fast::gather_scatter")
-def _(x, src_index, dst_index, weight, num_rows, mean, flag_slot=-1, checked=None):
-    flags = 0 if flag_slot == CHECKED_BEFORE else 2
+def _(x, src_index, dst_index, weight, num_rows, mean, flag_slot=-1, site=""):
+    flags = 2 if flag_slot >= -1 else 0
     return x.new_empty(num_rows, x.size(1)), x.new_empty(num_rows if mean else 0), dst_index.new_empty(flags)
 
 

@@ -227,24 +227,21 @@ def test_compiled_coo_route_reports_bad_indices(device, route):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_compiled_layers_check_an_edge_index_once_a_call(device, monkeypatch):
-    """Compiled, the layers' range checks of one edge_index are one op of the graph, run once a
-    call (not once a layer); on CUDA its flags go to the ring (no copy: a copied report cost
-    0.16-0.45 ms a compiled step on a new graph, H100), on the CPU they are read at once; a value
-    changed in place out of range raises."""
+@pytest.mark.parametrize("validate", ["async", "sync"])
+def test_compiled_layers_check_their_indices_in_their_kernels(device, validate, monkeypatch):
+    """Compiled, each layer's kernel checks its own ends of edge_index: the graph holds no range
+    check op and no Python op, nothing asks the flag ring for a slot or reports copied flags; a
+    value changed in place out of range raises (on CUDA at the next call, at once with
+    validate="sync")."""
     import torch_geometric.nn as pyg_nn
     from pyg_fast.ops import _deferred
     monkeypatch.setattr(tuning, "COO_MAX_ELEMENTS", {"cpu": 2 ** 62, "cuda": 2 ** 62})
+    monkeypatch.setattr(pyg_fast.config, "validate", validate)
     reports = _edge_index_reports(monkeypatch)
-    checks = []  # the slots asked for checks of edge_index (-1: none, the flags come back)
+    slots = []
     flag_slot = _deferred.flag_slot
-
-    def counted_slot(messages, device):
-        slot = flag_slot(messages, device)
-        if "edge_index" in _deferred.worded(messages)[0][1]:
-            checks.append(slot)
-        return slot
-    monkeypatch.setattr(_deferred, "flag_slot", counted_slot)
+    monkeypatch.setattr(_deferred, "flag_slot", lambda messages, device: slots.append(device) or flag_slot(
+        messages, device))
 
     class Stack(torch.nn.Module):
         def __init__(self):
@@ -257,19 +254,34 @@ def test_compiled_layers_check_an_edge_index_once_a_call(device, monkeypatch):
             return x
 
     model = pyg_fast.nn.convert(Stack()).to(device)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return gm.forward
+
     torch._dynamo.reset()
-    compiled = torch.compile(model, fullgraph=True)
+    compiled = torch.compile(model, fullgraph=True, backend=backend)
     x = torch.randn(20, 8, device=device)
     edge_index = torch.stack(edges(20, 100, 20, device))
     outs = [compiled(x, edge_index) for _ in range(3)]
-    assert len(checks) == 3
-    assert len(reports) == (3 if device == "cpu" else 0) and all((slot < 0) == (device == "cpu") for slot in checks)
+    assert len(graphs) == 1 and graphs[0].count("pyg_fast.gather_scatter") == 3
+    assert "checked_range" not in graphs[0] and "index_range_flags" not in graphs[0]
+    assert slots == [] and reports == []
     for out in outs:
         torch.testing.assert_close(out, model(x, edge_index))
+    message = r"'edge_index\[0\]' holds values outside \[0, 20\)"
     edge_index[0, 7] = 20
-    with pytest.raises(IndexError, match=r"'edge_index\[0\]' holds values outside \[0, 20\)"):
+    with pytest.raises(IndexError, match=message):
+        compiled(x, edge_index)
+        torch.cuda.synchronize()
+        compiled(x, edge_index)  # on CUDA the flags of the call before are read as it starts
+    with pytest.raises(IndexError, match=message):
         compiled(x, edge_index)
         pyg_fast.check_errors()
+    edge_index[0, 7] = 3  # each raised once: the flags are lowered
+    torch.testing.assert_close(compiled(x, edge_index), model(x, edge_index))
+    pyg_fast.check_errors()
 
 
 @pytest.mark.parametrize("device", DEVICES)

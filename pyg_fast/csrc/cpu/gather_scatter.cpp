@@ -25,11 +25,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
                                                               const at::Tensor& dst_index,
                                                               const std::optional<at::Tensor>& weight,
                                                               int64_t num_rows, bool mean, int64_t flag_slot,
-                                                              const std::optional<at::Tensor>& /*checked*/) {
+                                                              c10::string_view site) {
   check_gather_scatter_args(x, src_index, dst_index, weight, num_rows);
   const int64_t N = x.size(0), F = x.size(1), E = dst_index.numel(), V = num_rows;
   const int64_t H = weight ? weight->size(1) : 1, D = F / H;
-  auto flags = at::zeros({flag_slot == kCheckedBefore ? 0 : 2}, dst_index.options());
+  auto flags = at::zeros({flag_slot == kCheckedBefore || at_site(flag_slot) ? 0 : 2}, dst_index.options());
   auto out = at::empty({V, F}, x.options());
   auto divisor = at::empty({mean ? V : 0}, x.options());
   const int64_t* dst = dst_index.const_data_ptr<int64_t>();
@@ -72,6 +72,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
       }
     });
   });
+  if (at_site(flag_slot)) {  // a recorded call: no host code reads the flags after it
+    for (int which = 0; which < 2; ++which) {
+      PF_CHECK_INDEX(!raised[which], site_message(text(site), which, N, V));
+    }
+  }
   if (flags.numel() > 0) std::copy(raised, raised + 2, flags.mutable_data_ptr<int64_t>());
   return {out, divisor, flags};
 }

@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string>
 
 #include "../common/check.h"
 #include "coo_launch.cuh"
@@ -15,9 +16,15 @@ namespace pyg_fast::cuda {
 
 constexpr int64_t kFlagRingSlots = 4096;
 constexpr int64_t kFlagSlotValues = 8;
+// Slots after the ring's, one for each site of a recorded call (kAtSite in ops/gather_scatter.h).
+constexpr int64_t kFlagSites = 64;
 
 // The ring's device address (allocated and zeroed on first use).
 int64_t* flag_ring();
+
+// Where the kernels of a recorded call at `site` raise its two flags (a slot kept for the site),
+// with the sizes its message names. Raises first (IndexError) for any site's raised flags.
+int64_t* site_flags(const std::string& site, int64_t num_src, int64_t num_dst);
 
 struct FlagBuffer {
   at::Tensor tensor;  // what the op returns as its flags

@@ -22,7 +22,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
                                                               const at::Tensor& dst_index,
                                                               const std::optional<at::Tensor>& weight,
                                                               int64_t num_rows, bool mean, int64_t flag_slot,
-                                                              const std::optional<at::Tensor>& /*checked*/) {
+                                                              c10::string_view site) {
   check_gather_scatter_args(x, src_index, dst_index, weight, num_rows);
   const c10::cuda::CUDAGuard guard(x.device());
   const int64_t N = x.size(0), F = x.size(1), E = dst_index.numel(), V = num_rows;
@@ -32,9 +32,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
   const bool on_device = flag_slot == -1;
   const at::Tensor zeroed =
       on_device || mean ? zeros_async({(on_device ? 2 : 0) + (mean ? V : 0)}, dst_index.options()) : at::Tensor();
-  const FlagBuffer flags = flag_slot >= 0 ? flag_buffer(2, flag_slot, dst_index.options())
-                           : on_device    ? FlagBuffer{zeroed.narrow(0, 0, 2), zeroed.mutable_data_ptr<int64_t>()}
-                                          : FlagBuffer{at::empty({0}, dst_index.options()), nullptr};
+  const FlagBuffer flags =
+      flag_slot >= 0         ? flag_buffer(2, flag_slot, dst_index.options())
+      : at_site(flag_slot)   ? FlagBuffer{at::empty({0}, dst_index.options()), site_flags(text(site), N, V)}
+      : on_device            ? FlagBuffer{zeroed.narrow(0, 0, 2), zeroed.mutable_data_ptr<int64_t>()}
+                             : FlagBuffer{at::empty({0}, dst_index.options()), nullptr};
   auto divisor = at::empty({mean ? V : 0}, x.options());
   int64_t* counts = mean ? zeroed.mutable_data_ptr<int64_t>() + (on_device ? 2 : 0) : nullptr;
   auto* count_ptr = reinterpret_cast<unsigned long long*>(counts);
@@ -89,6 +91,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
     }
     result = out;
   });
+  if (flag_slot == kAtSiteSync) {
+    C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+    site_flags(text(site), N, V);  // raises the flags just raised
+  }
   return {result, divisor, flags.tensor};
 }
 

@@ -19,12 +19,11 @@ TORCH_LIBRARY_FRAGMENT(pyg_fast, m) {
   // flags[1] (destination) of the int64 [2] `flags`. Summed in float32 (float64 for float64)
   // with atomics on CUDA: the order of a row's terms is not fixed there. flag_slot >= 0 (CUDA): the
   // flags are raised in that slot of the host ring (cuda/flag_ring.cuh) and come back empty;
-  // kCheckedBefore (-2): none are raised (gather_scatter.h). `checked` is not read: a compiled
-  // graph passes the range check's output there, so that the check is ordered before the call and
-  // kept (no op reads it otherwise; adding it to the output cost a pointwise pass a layer).
+  // kCheckedBefore (-2): none are raised; kAtSite (-3) and kAtSiteSync (-4): a recorded call's,
+  // raised for `site` (gather_scatter.h), and the flags come back empty.
   m.def(
       "gather_scatter(Tensor x, Tensor? src_index, Tensor dst_index, Tensor? weight, SymInt num_rows, "
-      "bool mean, int flag_slot=-1, Tensor? checked=None) -> (Tensor out, Tensor divisor, Tensor flags)");
+      "bool mean, int flag_slot=-1, str site=\"\") -> (Tensor out, Tensor divisor, Tensor flags)");
 }
 
 namespace pyg_fast {
@@ -34,14 +33,13 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 using Signature = Outputs(const at::Tensor&, const std::optional<at::Tensor>&, const at::Tensor&,
-                          const std::optional<at::Tensor>&, c10::SymInt, bool, int64_t,
-                          const std::optional<at::Tensor>&);
+                          const std::optional<at::Tensor>&, c10::SymInt, bool, int64_t, c10::string_view);
 
 Outputs gather_scatter_op(const at::Tensor& x, const std::optional<at::Tensor>& src_index, const at::Tensor& dst_index,
                           const std::optional<at::Tensor>& weight, c10::SymInt num_rows, bool mean,
-                          int64_t flag_slot, const std::optional<at::Tensor>& checked = std::nullopt) {
+                          int64_t flag_slot, c10::string_view site = "") {
   static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pyg_fast::gather_scatter", "").typed<Signature>();
-  return op.call(x, src_index, dst_index, weight, std::move(num_rows), mean, flag_slot, checked);
+  return op.call(x, src_index, dst_index, weight, std::move(num_rows), mean, flag_slot, site);
 }
 
 // The gradients, in the op's terms: x's is the gather-scatter of the output gradient back along the
@@ -51,11 +49,10 @@ class GatherScatterFunction : public torch::autograd::Function<GatherScatterFunc
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const std::optional<at::Tensor>& src_index,
                                const at::Tensor& dst_index, const std::optional<at::Tensor>& weight,
-                               c10::SymInt num_rows, bool mean, int64_t flag_slot,
-                               const std::optional<at::Tensor>& checked) {
+                               c10::SymInt num_rows, bool mean, int64_t flag_slot, c10::string_view site) {
     at::AutoDispatchBelowADInplaceOrView guard;
     auto [out, divisor, flags] =
-        gather_scatter_op(x, src_index, dst_index, weight, std::move(num_rows), mean, flag_slot, checked);
+        gather_scatter_op(x, src_index, dst_index, weight, std::move(num_rows), mean, flag_slot, site);
     // An absent optional is no input of the node: the weight's gradient slot follows the indices given
     const size_t weight_slot = src_index ? 3 : 2;
     const bool weight_grad = weight && ctx->needs_input_grad(weight_slot);
@@ -113,15 +110,14 @@ class GatherScatterFunction : public torch::autograd::Function<GatherScatterFunc
 // took 60 us of host time each on an H200 host.
 Outputs gather_scatter_autograd(const at::Tensor& x, const std::optional<at::Tensor>& src_index,
                                 const at::Tensor& dst_index, const std::optional<at::Tensor>& weight,
-                                c10::SymInt num_rows, bool mean, int64_t flag_slot,
-                                const std::optional<at::Tensor>& checked) {
+                                c10::SymInt num_rows, bool mean, int64_t flag_slot, c10::string_view site) {
   const bool record = at::GradMode::is_enabled() && (x.requires_grad() || (weight && weight->requires_grad()));
   if (!record) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    return gather_scatter_op(x, src_index, dst_index, weight, std::move(num_rows), mean, flag_slot, checked);
+    return gather_scatter_op(x, src_index, dst_index, weight, std::move(num_rows), mean, flag_slot, site);
   }
   auto outputs =
-      GatherScatterFunction::apply(x, src_index, dst_index, weight, std::move(num_rows), mean, flag_slot, checked);
+      GatherScatterFunction::apply(x, src_index, dst_index, weight, std::move(num_rows), mean, flag_slot, site);
   return {outputs[0], outputs[1], outputs[2]};
 }
 
