@@ -92,8 +92,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
     result = out;
   });
   if (flag_slot == kAtSiteSync) {
-    C10_CUDA_CHECK(cudaStreamSynchronize(stream));
-    site_flags(text(site), N, V);  // raises the flags just raised
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture == cudaStreamCaptureStatusNone) {  // a CUDA graph's capture cannot wait: a later call raises
+      C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+      site_flags(text(site), N, V);  // raises the flags just raised
+    }
   }
   return {result, divisor, flags.tensor};
 }
