@@ -128,6 +128,38 @@ def test_out_of_range_edges_are_skipped_and_named(device, mean):
         pyg_fast.check_errors()
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mean", [False, True])
+def test_cpu_threads_split_the_rows_with_the_same_result(dtype, mean):
+    """On the CPU each thread adds the edges of its own range of rows, in edge order: the same bits
+    on one thread or several, edges with an end out of range skipped and flagged whichever thread
+    meets them (an edge bad at both ends raises both flags)."""
+    src, dst = edges(3000, 40000, 2000, "cpu")
+    x = torch.randn(3000, 8).to(dtype)
+    weight = (torch.rand(40000, 2) + 0.5).to(dtype)
+    bad_src, bad_dst = src.clone(), dst.clone()
+    bad_src[[11, 20000]], bad_dst[[20000, 39999]] = 3000, 2000  # edge 20000: both ends
+    keep = torch.ones(40000, dtype=torch.bool)
+    keep[[11, 20000, 39999]] = False
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = torch.ops.pyg_fast.gather_scatter(x, bad_src, bad_dst, weight, 2000, mean)
+        torch.set_num_threads(max(threads, 2))
+        several = torch.ops.pyg_fast.gather_scatter(x, bad_src, bad_dst, weight, 2000, mean)
+    finally:
+        torch.set_num_threads(threads)
+    for out, divisor, flags in (one, several):
+        assert flags.tolist() == [1, 1]
+        assert_close(out, reference(x, src[keep], dst[keep], weight[keep], 2000, mean), dtype)
+    assert torch.equal(one[0], several[0]) and torch.equal(one[1], several[1])
+    only_src = bad_src.clone()
+    only_src[20000] = src[20000]
+    dst_only = torch.ops.pyg_fast.gather_scatter(x, src, bad_dst, weight, 2000, mean)[2]
+    assert dst_only.tolist() == [0, 1]
+    assert torch.ops.pyg_fast.gather_scatter(x, only_src, dst, weight, 2000, mean)[2].tolist() == [1, 0]
+
+
 def test_bad_arguments_raise():
     x, index = torch.randn(5, 3), torch.tensor([0, 1])
     with pytest.raises(ValueError, match="'src_index' has 2 entries but 'dst_index' has 3"):
