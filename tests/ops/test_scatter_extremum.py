@@ -18,9 +18,9 @@ def tied_rows(num_rows, num_features, device, dtype):
 @pytest.mark.parametrize("num_features", [5, 40])
 def test_matches_scatter_reduce_with_ties_and_empty_segments(device, dtype, reduce, num_features):
     """Values against float64, and the gradient split evenly among ties per feature, as torch's
-    scatter_reduce; segments with no row give 0 and no gradient. 40 features: the CPU backward
-    splits them into bands over threads."""
-    E, F, V = 700, num_features, 90
+    scatter_reduce; segments with no row give 0 and no gradient. 40 features: the CPU kernels
+    split the segments among threads."""
+    E, F, V = 3000, num_features, 90
     index = torch.randint(0, 60, (E,), device=device)  # segments 60-89 empty
     src = tied_rows(E, F, device, dtype).requires_grad_()
     out, flags = torch.ops.pyg_fast.scatter_extremum(src, index, V, reduce == "max")
@@ -68,6 +68,31 @@ def test_wide_rows_of_a_new_index_are_grouped(device, reduce, monkeypatch):
             out = pyg_fast.segment_reduce(src, index, dim_size=V, reduce=reduce)
         assert ("scatter_extremum" in log.ops) != grouped, (E, F, log.ops)
         assert_close(out, scatter_reference(src, index, V, reduce), torch.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cpu_threads_split_the_segments_with_the_same_result(dtype):
+    """On the CPU each thread folds the rows of its own range of segments in row order: forward and
+    backward give the same bits on one thread or several, rows out of range skipped and flagged."""
+    index = torch.randint(0, 400, (20000,))
+    index[[5, 19999]] = 500
+    src = tied_rows(20000, 32, "cpu", dtype)
+    grad = torch.randn(450, 32).to(dtype)
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for count in (1, max(threads, 2)):
+            torch.set_num_threads(count)
+            out, flags = torch.ops.pyg_fast.scatter_extremum(src, index, 450, True)
+            results.append((out, flags, torch.ops.pyg_fast.scatter_extremum_backward(grad, src, index, out)))
+    finally:
+        torch.set_num_threads(threads)
+    (out, flags, grad_src), (out2, flags2, grad_src2) = results
+    keep = index < 450
+    assert flags.tolist() == flags2.tolist() == [1]
+    assert_close(out, scatter_reference(src[keep], index[keep], 450, "max"), dtype)
+    assert torch.equal(out, out2) and torch.equal(grad_src, grad_src2)
+    assert not grad_src[~keep].any()
 
 
 @pytest.mark.parametrize("device", DEVICES)

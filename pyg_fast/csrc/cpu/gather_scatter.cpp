@@ -38,8 +38,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
   auto divisor = at::empty({mean ? V : 0}, x.options());
   const int64_t* dst = dst_index.const_data_ptr<int64_t>();
   const int64_t* src = src_index ? src_index->const_data_ptr<int64_t>() : nullptr;
-  const int64_t threads = std::clamp<int64_t>(E * std::max<int64_t>(F, 1) / kGrainSize, 1,
-                                              std::min<int64_t>(at::get_num_threads(), std::max<int64_t>(V, 1)));
+  const int64_t threads = owner_threads(E, F, V);
   std::atomic<bool> src_raised{false}, dst_raised{false};
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "gather_scatter", [&] {
     using acc_t = at::opmath_type<scalar_t>;
@@ -51,7 +50,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gather_scatter(const at::Tensor& 
     const int64_t distance = F > 0 ? prefetch_distance(F * static_cast<int64_t>(sizeof(scalar_t))) : 0;
     at::parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
-        const int64_t v0 = V * t / threads, v1 = V * (t + 1) / threads, rows = v1 - v0;
+        const int64_t v0 = share_start(V, t, threads), v1 = share_start(V, t + 1, threads), rows = v1 - v0;
         std::vector<acc_t> local(kDirect ? 0 : rows * F, acc_t(0));
         acc_t* acc = kDirect ? reinterpret_cast<acc_t*>(o + v0 * F) : local.data();
         if constexpr (kDirect) std::fill(acc, acc + rows * F, acc_t(0));

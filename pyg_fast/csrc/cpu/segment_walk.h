@@ -41,6 +41,17 @@ inline int64_t prefetch_distance(int64_t row_bytes) {
   return std::clamp<int64_t>(kPrefetchBytes / row_bytes, 1, kPrefetchMaxEdges);
 }
 
+// Threads for a pass over E edges of F values into V output rows where each thread owns a range
+// of the rows (share_start) and walks every edge: no two threads write one row, and each row's
+// edges are folded in edge order whatever the thread count.
+inline int64_t owner_threads(int64_t num_edges, int64_t num_features, int64_t num_rows) {
+  return std::clamp<int64_t>(num_edges * std::max<int64_t>(num_features, 1) / kGrainSize, 1,
+                             std::min<int64_t>(at::get_num_threads(), std::max<int64_t>(num_rows, 1)));
+}
+
+// The first row of thread t's share of num_rows rows among `threads`.
+inline int64_t share_start(int64_t num_rows, int64_t t, int64_t threads) { return num_rows * t / threads; }
+
 // Prefetches the cache lines of [p, p + bytes).
 inline void prefetch_bytes(const void* p, int64_t bytes) {
   const auto first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(kCacheLine - 1);
