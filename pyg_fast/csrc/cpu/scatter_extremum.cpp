@@ -22,13 +22,6 @@
 namespace pyg_fast::cpu {
 namespace {
 
-// Rows under a cache line take one thread: each thread's test whether it owns a row is a branch
-// it mispredicts on every other row, which costs more than the fold (1.17 M rows of 4 floats: 7.4
-// ms on two threads, 5.9-6.1 on one).
-inline int64_t fold_threads(int64_t E, int64_t F, int64_t V, int64_t row_bytes) {
-  return row_bytes < kCacheLine ? 1 : owner_threads(E, F, V);
-}
-
 // Each thread owns a range of output rows and walks every row of src, folding those of its
 // segments in row order (the same result on any thread count), their targets prefetched a few
 // rows ahead (segment_walk.h), where one thread used to fold them all. 2 threads, ms, against
