@@ -24,7 +24,9 @@ at::Tensor scatter_arg(const at::Tensor& src, const at::Tensor& index, const at:
   const int64_t B = src.size(0), E = src.size(1), F = src.size(2), V = out.size(1);
   auto arg = at::full({B, V, F}, E, index.options());
   if (src.numel() == 0) return arg;
-  const int64_t threads = fold_threads(E, F, V, F * static_cast<int64_t>(sizeof(int64_t)));  // the arg rows
+  // kGrainSize: a compare and a conditional store a value pays a second thread from far fewer values
+  // than the folds (Cora's 10.6 k edges x 16: 0.47-0.55 ms on two threads, 0.80 on one)
+  const int64_t threads = fold_threads(E, F, V, F * static_cast<int64_t>(sizeof(int64_t)), kGrainSize);
   const int64_t* idx = index.const_data_ptr<int64_t>();
   int64_t* a = arg.mutable_data_ptr<int64_t>();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "scatter_arg", [&] {

@@ -24,10 +24,10 @@ namespace {
 
 // Each thread owns a range of output rows and walks every row of src, folding those of its
 // segments in row order (the same result on any thread count), their targets prefetched a few
-// rows ahead (segment_walk.h), where one thread used to fold them all. 2 threads, ms, against
-// torch's scatter_reduce (amax, include_self=False): 1.17 M rows into 169 k segments, F = 64
-// 133-136 -> 58-62 (torch 68-76), F = 16 25-31 -> 16-19; 60 k rows of 64 6.1-9.7 -> 1.5-2.0 (torch
-// 1.7-3.3).
+// rows ahead (segment_walk.h). Against one thread without prefetches, ms, torch's scatter_reduce
+// (amax, include_self=False) beside: 1.17 M rows into 169 k segments, F = 64 133-136 -> 56-64 (two
+// threads; torch 68-98), F = 16 25-31 -> 10-11 (one; torch 26-48); 60 k rows of 64 6.1-9.7 ->
+// 1.0-1.3 (torch 1.6-3.1).
 std::tuple<at::Tensor, at::Tensor> scatter_extremum(const at::Tensor& src, const at::Tensor& index, int64_t num_rows,
                                                     bool is_max, int64_t /*flag_slot*/) {
   check_scatter_extremum_args(src, index, num_rows);
@@ -36,7 +36,7 @@ std::tuple<at::Tensor, at::Tensor> scatter_extremum(const at::Tensor& src, const
   auto flags = at::zeros({1}, index.options());
   const at::Tensor values = src.contiguous();
   const int64_t* d = index.const_data_ptr<int64_t>();
-  const int64_t threads = fold_threads(E, F, V, F * src.element_size());
+  const int64_t threads = fold_threads(E, F, V, F * src.element_size(), kFoldGrain);
   std::atomic<bool> raised{false};
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "scatter_extremum", [&] {
     using acc_t = at::opmath_type<scalar_t>;
@@ -111,7 +111,7 @@ at::Tensor scatter_extremum_backward(const at::Tensor& grad_out, const at::Tenso
     scalar_t* gs = grad_src.mutable_data_ptr<scalar_t>();
     std::vector<acc_t> ties(V * F, acc_t(0));
     std::vector<uint8_t> hit(E * F, 0);
-    const int64_t threads = fold_threads(E, F, V, F * src.element_size());
+    const int64_t threads = fold_threads(E, F, V, F * src.element_size(), kFoldGrain);
     const int64_t distance = F > 0 ? prefetch_distance(F * static_cast<int64_t>(sizeof(scalar_t))) : 0;
     at::parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
