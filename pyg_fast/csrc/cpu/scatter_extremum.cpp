@@ -93,10 +93,10 @@ std::tuple<at::Tensor, at::Tensor> scatter_extremum(const at::Tensor& src, const
 // Two passes: the rows equal to their segment's extremum marked and counted per feature (each
 // thread owning a range of segments, as the forward), then grad_out split among the marked rows
 // (threads over rows, the segments' rows prefetched). The marks spare the second pass a reread of
-// the extremum's rows, in random order. 2 threads, ms: 1 M rows of 64 features into 100 k segments
-// 593 -> 264-274 (torch's composition of gathers, index_add and where: 883), 200 k rows of 16 into
-// 20 k 19.1 -> 8.7-14 (torch: 23), 1.17 M rows of 4 90.8 -> 33-38; threads over bands of features
-// and no prefetch before.
+// the extremum's rows, in random order. ms (kFoldGrain's threads): 1 M rows of 64 features into
+// 100 k segments 593 -> 264-338 (torch's composition of gathers, index_add and where: 883), 200 k
+// rows of 16 into 20 k 19.1 -> 8.7-14 (torch: 23), 1.17 M rows of 4 90.8 -> 33-56; threads over
+// bands of features and no prefetch before.
 at::Tensor scatter_extremum_backward(const at::Tensor& grad_out, const at::Tensor& src, const at::Tensor& index,
                                      const at::Tensor& out) {
   check_scatter_extremum_backward_args(grad_out, src, index, out);
