@@ -123,21 +123,33 @@ std::tuple<at::Tensor, at::Tensor> edge_softmax_coo(const at::Tensor& src, const
       }
       for (int64_t h = 0; h < H; ++h) max[d[e] * H + h] = std::max(max[d[e] * H + h], static_cast<acc_t>(s[e * H + h]));
     }
-    for (int64_t e = 0; e < E; ++e) {
+    // The exponentials once, in parallel over the edges (the max is read-only by then), kept in
+    // acc_t: in the output itself for float and double. Computed twice, serially, they took most of
+    // the call (1.17 M edges x 4 heads, 2 threads: 49.7 -> 25.4-27.1 ms).
+    constexpr bool kDirect = std::is_same_v<scalar_t, acc_t>;
+    std::vector<acc_t> kept(kDirect ? 0 : E * H);
+    acc_t* ex = kDirect ? reinterpret_cast<acc_t*>(o) : kept.data();
+    at::parallel_for(0, E, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(H, 1)), [&](int64_t lo, int64_t hi) {
+      for (int64_t e = lo; e < hi; ++e) {
+        const bool ok = d[e] >= 0 && d[e] < V;
+        for (int64_t h = 0; h < H; ++h)
+          ex[e * H + h] = ok ? std::exp(static_cast<acc_t>(s[e * H + h]) - max[d[e] * H + h]) : acc_t(0);
+      }
+    });
+    for (int64_t e = 0; e < E; ++e) {  // in edge order, as before: the same sums
       if (d[e] < 0 || d[e] >= V) continue;
-      for (int64_t h = 0; h < H; ++h)
-        sum[d[e] * H + h] += std::exp(static_cast<acc_t>(s[e * H + h]) - max[d[e] * H + h]);
+      for (int64_t h = 0; h < H; ++h) sum[d[e] * H + h] += ex[e * H + h];
     }
     // Scaled by the reciprocal, as edge_softmax above: the same rounding, so that a graph's COO and
     // grouped routes give the same attention (GAT's output with and without its weights returned).
     for (acc_t& total : sum) total = acc_t(1) / (total + acc_t(1e-16));
-    for (int64_t e = 0; e < E; ++e)
-      for (int64_t h = 0; h < H; ++h) {
+    at::parallel_for(0, E, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(H, 1)), [&](int64_t lo, int64_t hi) {
+      for (int64_t e = lo; e < hi; ++e) {
         const bool ok = d[e] >= 0 && d[e] < V;
-        o[e * H + h] = ok ? static_cast<scalar_t>(std::exp(static_cast<acc_t>(s[e * H + h]) - max[d[e] * H + h]) *
-                                                  sum[d[e] * H + h])
-                          : scalar_t(0);
+        for (int64_t h = 0; h < H; ++h)
+          o[e * H + h] = ok ? static_cast<scalar_t>(ex[e * H + h] * sum[d[e] * H + h]) : scalar_t(0);
       }
+    });
     if (bad) flags.fill_(1);
   });
   return {out, flags};
