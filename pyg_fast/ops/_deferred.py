@@ -94,7 +94,7 @@ _flag_ring: Optional[_FlagRing] = None
 # sites in use, address of the first site's slot, bytes a slot), () in a build without CUDA.
 _recorded = False
 _sites: Optional[Tuple[int, ...]] = None
-AT_SITE, AT_SITE_SYNC = -3, -4  # kAtSite, kAtSiteSync in csrc/ops/gather_scatter.h
+AT_SITE, AT_SITE_SYNC = -3, -4  # kAtSite, kAtSiteSync in csrc/common/flag_site.h
 
 
 def at_site() -> int:

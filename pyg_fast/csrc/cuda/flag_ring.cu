@@ -7,7 +7,7 @@
 #include <mutex>
 #include <vector>
 
-#include "../ops/gather_scatter.h"
+#include "../common/flag_site.h"
 #include "flag_ring.cuh"
 
 namespace pyg_fast::cuda {

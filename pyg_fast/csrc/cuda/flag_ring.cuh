@@ -16,7 +16,7 @@ namespace pyg_fast::cuda {
 
 constexpr int64_t kFlagRingSlots = 4096;
 constexpr int64_t kFlagSlotValues = 8;
-// Slots after the ring's, one for each site of a recorded call (kAtSite in ops/gather_scatter.h).
+// Slots after the ring's, one for each site of a recorded call (kAtSite in common/flag_site.h).
 constexpr int64_t kFlagSites = 64;
 
 // The ring's device address (allocated and zeroed on first use).

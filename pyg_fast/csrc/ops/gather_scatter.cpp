@@ -20,7 +20,7 @@ TORCH_LIBRARY_FRAGMENT(pyg_fast, m) {
   // with atomics on CUDA: the order of a row's terms is not fixed there. flag_slot >= 0 (CUDA): the
   // flags are raised in that slot of the host ring (cuda/flag_ring.cuh) and come back empty;
   // kCheckedBefore (-2): none are raised; kAtSite (-3) and kAtSiteSync (-4): a recorded call's,
-  // raised for `site` (gather_scatter.h), and the flags come back empty.
+  // raised for `site` (common/flag_site.h), and the flags come back empty.
   m.def(
       "gather_scatter(Tensor x, Tensor? src_index, Tensor dst_index, Tensor? weight, SymInt num_rows, "
       "bool mean, int flag_slot=-1, str site=\"\") -> (Tensor out, Tensor divisor, Tensor flags)");
