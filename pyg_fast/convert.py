@@ -23,18 +23,21 @@ def registry() -> Dict[type, type]:
     return {cls._pyg_class(): cls for cls in classes}
 
 
+_GROUPED = {"Linear per type": "grouped into one segmented matmul on CUDA",
+            "GATConv per relation": "run as one attention over the relations"}
+
+
 class Report(NamedTuple):
     """What :func:`convert` did: ``replaced`` (module name, PyG class), ``left`` (module name,
     class, why it kept PyG's implementation) and ``grouped`` (the name of a traced model's
-    ModuleDict of per-type linear layers run as one segmented matmul, and the types)."""
+    ModuleDict of per-type layers run as one call, their kind, and the types)."""
     replaced: List[Tuple[str, str]]
     left: List[Tuple[str, str, str]]
-    grouped: List[Tuple[str, List[str]]]
+    grouped: List[Tuple[str, str, List[str]]]
 
     def __str__(self) -> str:
         rows = [(name or "<model>", cls, "replaced by pyg_fast's") for name, cls in self.replaced]
-        rows += [(name, "Linear per type", f"grouped into one segmented matmul on CUDA ({', '.join(types)})")
-                 for name, types in self.grouped]
+        rows += [(name, kind, f"{_GROUPED[kind]} ({', '.join(types)})") for name, kind, types in self.grouped]
         rows += [(name or "<model>", cls, why) for name, cls, why in self.left]
         if not rows:
             return "pyg_fast.convert: the model holds no PyG layer"
@@ -90,13 +93,15 @@ def convert(model: torch.nn.Module, filter_fn: Optional[Callable[[torch.nn.Modul
 
     result = visit(model, "")
     grouped = []
-    if isinstance(result, torch.fx.GraphModule):  # to_hetero's models: per-type linear layers
+    if isinstance(result, torch.fx.GraphModule):  # to_hetero's models: per-type layers
+        from pyg_fast.hetero.gat_group import group_typed_gats
         from pyg_fast.hetero.linear import group_typed_linears
-        for name, types, why in group_typed_linears(result):
-            if why:
-                left.append((name, "Linear per type", why))
-            else:
-                grouped.append((name, types))
+        for kind, grouper in zip(_GROUPED, (group_typed_linears, group_typed_gats)):
+            for name, types, why in grouper(result):
+                if why:
+                    left.append((name, kind, why))
+                else:
+                    grouped.append((name, kind, types))
     report = Report(replaced, left, grouped)
     if replaced and result is model:
         _keep_eager_model_when_scripted(model, [name for name, _ in replaced])

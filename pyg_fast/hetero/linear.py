@@ -1,5 +1,4 @@
 """Drop-in HeteroLinear and HeteroDictLinear running on the segmented matmul."""
-import operator
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -9,6 +8,7 @@ from torch.nn.parameter import UninitializedParameter
 
 from pyg_fast._dropin import DropIn
 from pyg_fast.hetero.tensor_slice import TensorSlice, host_ptr, slice_for
+from pyg_fast.hetero.typed_calls import finish, group, keys_of, order_problem, typed_calls
 from pyg_fast.ops.segment_matmul import segment_matmul
 from pyg_fast.tuning.segment_matmul import tensor_cores
 
@@ -103,30 +103,18 @@ def _run_grouped(lins: torch.nn.ModuleDict, keys: Tuple[str, ...], *xs: Tensor) 
 
 def group_typed_linears(model: torch.fx.GraphModule) -> List[Tuple[str, List[str], str]]:
     """Rewrites the per-type calls of a traced model's linear layers (what ``to_hetero`` makes of a
-    ``Linear``: a ModuleDict with one layer per node or edge type, each called once) into one call
-    that runs them as a segmented matmul (``grouped_linear``). The layers and the state dict stay
-    as they are. Returns (ModuleDict name, the types grouped, '' or why it was left) per
-    candidate."""
-    nodes = list(model.graph.nodes)
-    position = {node: i for i, node in enumerate(nodes)}
-    calls: Dict[str, List[torch.fx.Node]] = {}
-    for node in nodes:
-        if node.op == "call_module" and "." in node.target:
-            calls.setdefault(node.target.rsplit(".", 1)[0], []).append(node)
+    ``Linear``) into one call that runs them as a segmented matmul (``grouped_linear``). Returns
+    (ModuleDict name, the types grouped, '' or why it was left) per candidate."""
     done = []
-    for parent, members in calls.items():
+    for parent, members in typed_calls(model).items():
         owner = model.get_submodule(parent)
-        if not isinstance(owner, torch.nn.ModuleDict):
-            continue
-        keys = [node.target.rsplit(".", 1)[1] for node in members]
+        keys = keys_of(members)
         layers = [owner[key] for key in keys]
         if len(members) < 2 or not all(type(lin) in (torch.nn.Linear, pyg_nn.Linear) for lin in layers):
             continue
         why = ""
         if len(members) < HeteroDictLinear.min_types:
             why = f"{len(members)} types: one GEMM per type is as fast below {HeteroDictLinear.min_types}"
-        elif len(set(keys)) != len(keys):
-            why = "a layer is called more than once"
         elif any(isinstance(lin.weight, UninitializedParameter) for lin in layers):
             why = "lazily initialised layers (run the model once before convert)"
         elif len({(lin.weight.shape, lin.bias is None) for lin in layers}) != 1:
@@ -138,26 +126,10 @@ def group_typed_linears(model: torch.fx.GraphModule) -> List[Tuple[str, List[str
         elif any(len(node.args) != 1 or node.kwargs or not isinstance(node.args[0], torch.fx.Node) for node in members):
             why = "a call with other arguments than one tensor"
         else:
-            last = max(position[node.args[0]] for node in members)
-            if any(position[user] <= last for node in members for user in node.users):
-                why = "a layer's output is used before another layer's input exists"
+            why = order_problem(model, members, [node.args[0] for node in members])
         done.append((parent, keys, why))
-        if why:
-            continue
-        graph = model.graph
-        with graph.inserting_after(nodes[last]):
-            lins = graph.get_attr(parent)
-        with graph.inserting_after(lins):
-            grouped = graph.call_function(_run_grouped, (lins, tuple(keys)) + tuple(node.args[0] for node in members))
-        anchor = grouped
-        for i, node in enumerate(members):
-            with graph.inserting_after(anchor):
-                anchor = graph.call_function(operator.getitem, (grouped, i))
-            node.replace_all_uses_with(anchor)
-            graph.erase_node(node)
-        nodes = list(graph.nodes)
-        position = {node: i for i, node in enumerate(nodes)}
+        if not why:
+            group(model, parent, members, _run_grouped, (), [node.args[0] for node in members])
     if any(not why for _, _, why in done):
-        model.graph.lint()
-        model.recompile()
+        finish(model)
     return done

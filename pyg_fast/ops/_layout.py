@@ -140,15 +140,21 @@ def cached_with(tensor: Tensor, other: Tensor, key: Tuple, compute: Callable[[],
     same values hits (``edge_index[0]`` sliced anew every call: keyed on the view object, the
     grouping of a gather-reduce ran on every call). The owner is held weakly: a cached value must
     not keep it alive."""
-    if not eager(tensor, other):
+    return cached_with_all(tensor, (other,), key, compute)
+
+
+def cached_with_all(tensor: Tensor, others: Sequence[Tensor], key: Tuple, compute: Callable[[], object]) -> object:
+    """:func:`cached_with` for several other tensors (the edge indices of a heterogeneous
+    graph's relations): memoised on ``tensor`` for all of ``others``, each held weakly."""
+    if not eager(tensor, *others):
         return compute()
-    base = storage_owner(other)
+    bases = tuple(storage_owner(other) for other in others)
 
     def entry():
-        return weakref.ref(base), compute()
+        return tuple(weakref.ref(base) for base in bases), compute()
 
-    owner, value = cached(tensor, key + _place(other), entry)
-    if owner() is not base:  # id() was reused by another tensor: recompute
+    owners, value = cached(tensor, key + tuple(part for other in others for part in _place(other)), entry)
+    if any(owner() is not base for owner, base in zip(owners, bases)):  # an id() reused: recompute
         return compute()
     return value
 
@@ -159,7 +165,7 @@ def peek_with(tensor: Tensor, other: Tensor, key: Tuple) -> object:
     if not eager(tensor, other):
         return None
     entry = peek(tensor, key + _place(other))
-    return entry[1] if entry is not None and entry[0]() is storage_owner(other) else None
+    return entry[1] if entry is not None and entry[0][0]() is storage_owner(other) else None
 
 
 def _place(tensor: Tensor) -> Tuple:

@@ -145,7 +145,9 @@ def test_convert_to_hetero_groups_the_per_type_linears(conv, grouped_on_cpu):
     x, edges = hetero_graph(types, edge_types)
     stock(x, edges)  # initialises the lazy layers
     fast = pyg_fast.convert(copy.deepcopy(stock))
-    assert fast.pyg_fast_report.grouped == [("lin", types)]
+    relations = [f"{s}__{r}__{d}" for s, r, d in edge_types]
+    assert fast.pyg_fast_report.grouped == [("lin", "Linear per type", types)] + (
+        [("conv", "GATConv per relation", relations)] if conv == "gat" else [])
     assert len(fast.pyg_fast_report.replaced) == len(edge_types)
     assert list(fast.state_dict()) == list(stock.state_dict())
     with PygFastOps() as mode:

@@ -1,0 +1,105 @@
+"""to_hetero GAT models after convert: the relations' attention layers run as one
+(pyg_fast.hetero.gat_group), against the stock model's outputs and gradients."""
+import copy
+
+import pytest
+import torch
+import torch_geometric.nn as pyg_nn
+
+import pyg_fast
+import pyg_fast.hetero.gat_group
+from pyg_fast.testing import PygFastOps
+from tests.nn.test_convert import assert_same_outputs_and_gradients, hetero_graph
+
+TYPES = ["a", "b", "c"]
+
+
+@pytest.fixture(autouse=True)
+def grouped_on_cpu(monkeypatch):
+    """The grouped path on the CPU too (by default CUDA's alone: see GROUPED_DEVICES)."""
+    monkeypatch.setattr(pyg_fast.hetero.gat_group, "GROUPED_DEVICES", ("cpu", "cuda"))
+RELATIONS = [("a", "to", "b"), ("b", "to", "a"), ("a", "self", "a"), ("c", "to", "a"), ("b", "to", "c")]
+
+
+class TwoLayers(torch.nn.Module):
+    def __init__(self, make):
+        super().__init__()
+        self.conv1, self.conv2 = make(), make()
+
+    def forward(self, x, edge_index):
+        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+
+def models(make, relations=RELATIONS, num_features=8):
+    torch.manual_seed(0)
+    stock = pyg_nn.to_hetero(TwoLayers(make), (TYPES, relations), aggr="sum")
+    x, edges = hetero_graph(TYPES, relations, num_features)
+    stock(x, edges)  # initialises the lazy layers
+    return stock, pyg_fast.convert(copy.deepcopy(stock)), x, edges
+
+
+@pytest.mark.parametrize("heads,concat", [(1, True), (3, True), (2, False)])
+def test_grouped_attention_as_stock(heads, concat):
+    stock, fast, x, edges = models(lambda: pyg_nn.GATConv((-1, -1), 4, heads=heads, concat=concat,
+                                                          add_self_loops=False))
+    names = [f"{s}__{r}__{d}" for s, r, d in RELATIONS]
+    assert [(name, kind, rels) for name, kind, rels in fast.pyg_fast_report.grouped] == [
+        ("conv1", "GATConv per relation", names), ("conv2", "GATConv per relation", names)]
+    assert list(fast.state_dict()) == list(stock.state_dict())
+    for _ in range(2):  # the second call reads the combined graph from the cache
+        with PygFastOps() as mode:
+            assert_same_outputs_and_gradients(stock, fast, x, edges)
+        assert {"sddmm", "edge_softmax", "index_segment_reduce"} <= mode.ops
+        stock.zero_grad()
+        fast.zero_grad()
+
+
+def test_grouped_attention_with_a_relation_without_edges():
+    stock, fast, x, edges = models(lambda: pyg_nn.GATConv((-1, -1), 4, heads=2, add_self_loops=False))
+    edges[("c", "to", "a")] = edges[("c", "to", "a")][:, :0]
+    assert_same_outputs_and_gradients(stock, fast, x, edges)
+
+
+def test_grouped_attention_dropout_in_training():
+    stock, fast, x, edges = models(lambda: pyg_nn.GATConv((-1, -1), 4, heads=2, dropout=0.5, add_self_loops=False))
+    fast.train()
+    torch.manual_seed(1)
+    out = fast(x, edges)
+    assert all(torch.isfinite(v).all() for v in out.values())
+    fast.eval()
+    stock.eval()
+    assert_same_outputs_and_gradients(stock, fast, x, edges)
+
+
+def test_layers_with_self_loops_are_left_with_the_reason():
+    types, relations = ["a", "b"], [("a", "self", "a"), ("b", "self", "b")]  # PyG allows loops there only
+    torch.manual_seed(0)
+    stock = pyg_nn.to_hetero(TwoLayers(lambda: pyg_nn.GATConv(-1, 4)), (types, relations), aggr="sum")
+    x, edges = hetero_graph(types, relations)
+    stock(x, edges)
+    fast = pyg_fast.convert(copy.deepcopy(stock))
+    assert fast.pyg_fast_report.grouped == []
+    assert ("conv1", "GATConv per relation",
+            "layers with a shared projection, self loops, edge features or a residual") in fast.pyg_fast_report.left
+    assert_same_outputs_and_gradients(stock, fast, x, edges)
+
+
+def test_explain_and_hooks_take_each_layer_as_pyg_does():
+    stock, fast, x, edges = models(lambda: pyg_nn.GATConv((-1, -1), 4, heads=2, add_self_loops=False))
+    seen = []
+    for conv in fast.conv1.values():
+        conv.register_message_forward_hook(lambda module, inputs, output: seen.append(output.shape))
+    for conv in stock.conv1.values():
+        conv.register_message_forward_hook(lambda module, inputs, output: None)
+    assert_same_outputs_and_gradients(stock, fast, x, edges)
+    assert len(seen) == len(RELATIONS)
+
+
+def test_a_source_out_of_its_relations_range_raises():
+    stock, fast, x, edges = models(lambda: pyg_nn.GATConv((-1, -1), 4, add_self_loops=False))
+    bad = dict(edges)
+    # in range of the stacked sources of all relations, not of its own source type ('c': 18 rows)
+    bad[("c", "to", "a")] = bad[("c", "to", "a")].clone()
+    bad[("c", "to", "a")][0, 3] = x["c"].size(0) + 2
+    with pytest.raises((IndexError, ValueError), match="edge_index"):
+        fast(x, bad)
