@@ -13,7 +13,7 @@ from pyg_fast.hetero.linear import grouped_linear
 from pyg_fast.hetero.tensor_slice import host_ptr
 from pyg_fast.hetero.typed_calls import finish, group, keys_of, order_problem, typed_calls
 from pyg_fast.nn import _graph
-from pyg_fast.nn.gat_conv import GATConv
+from pyg_fast.nn.gat_conv import GATConv, in_score_dtype
 from pyg_fast.ops import _layout
 from pyg_fast.ops._kernels import reduce_csr, run
 from pyg_fast.ops.segment_matmul import segment_matmul
@@ -52,9 +52,9 @@ def grouped_gat(convs: Sequence[GATConv], pairs: Sequence[bool], x_src: Sequence
         alpha = F.leaky_relu(alpha, first.negative_slope)
         alpha = run(torch.ops.pyg_fast.edge_softmax, alpha.contiguous(), graph.ptr, 0)
         alpha = F.dropout(alpha, p=first.dropout, training=first.training)
-        out = reduce_csr(h_src, graph.src, graph.ptr, alpha, "sum")
+        out = reduce_csr(in_score_dtype(h_src, alpha), graph.src, graph.ptr, alpha, "sum")
     else:
-        out = h_src.new_zeros(sum(num_dst), H * C)
+        out = alpha_src.new_zeros(sum(num_dst), H * C)
     if not first.concat:
         out = out.view(-1, H, C).mean(dim=1)
     outs = out.split(num_dst)
@@ -69,8 +69,9 @@ def _scores(h: Tensor, sizes: List[int], att: List[Tensor], H: int, C: int) -> T
     relation's ``att_r``: rows expanded to their relation's parameters instead took an index_add
     per parameter in the backward (serial on the CPU: ACM's 2-layer step 231 -> 265 ms)."""
     att = torch.stack([a.view(H, C) for a in att])
+    dtype = torch.promote_types(h.dtype, att.dtype)  # as the layer's product promotes (autocast's half rows)
     blocks = (att.unsqueeze(-1) * torch.eye(H, dtype=att.dtype, device=att.device).unsqueeze(1)).reshape(-1, H * C, H)
-    return segment_matmul(h, host_ptr(tuple(sizes)), blocks)
+    return segment_matmul(h.to(dtype), host_ptr(tuple(sizes)), blocks.to(dtype))
 
 
 def _combined(edge_index: Sequence[Tensor], num_src: List[int], num_dst: List[int],

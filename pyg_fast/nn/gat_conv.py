@@ -25,6 +25,13 @@ def _looped(src: Tensor, dst: Tensor, num_loops: int) -> Tuple[Tensor, Tensor]:
     return torch.cat([src, loops]), torch.cat([dst, loops])
 
 
+def in_score_dtype(h_src: Tensor, alpha: Tensor) -> Tensor:
+    """The projected sources in the attention's dtype: under autocast the projection is half and
+    the scores float (the float attention vector promotes them), and PyG's message ``x_j * alpha``
+    computes in float; the aggregation kernels take one dtype."""
+    return h_src if h_src.dtype == alpha.dtype else h_src.to(alpha.dtype)
+
+
 class GATConv(FusedLayer, pyg_nn.GATConv):
     r"""PyG's :class:`torch_geometric.nn.GATConv` on pyg_fast kernels.
 
@@ -128,7 +135,7 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
             src, dst = _layout.cached(edge_index, ("coo_looped", is_loop.numel(), self.flow),
                                       functools.partial(_looped, src, dst, is_loop.numel() - src.numel()))
         if src.numel() == 0:
-            return h_src.new_zeros(num_dst, H * C)
+            return alpha_src.new_zeros(num_dst, H * C)
         alpha = run(torch.ops.pyg_fast.sddmm, alpha_src.unsqueeze(-1), alpha_dst.unsqueeze(-1), src, dst,
                     "add").squeeze(-1)
         if edge_attr is not None and self.lin_edge is not None:
@@ -141,7 +148,7 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
         # against the same size (a report: ~30 us of host time, H100 host)
         alpha = run(torch.ops.pyg_fast.edge_softmax_coo, alpha.contiguous(), dst, num_dst)[0]
         alpha = F.dropout(alpha, p=self.dropout, training=self.training)
-        return gather_scatter(h_src, src, dst, alpha, num_dst, "sum", names)
+        return gather_scatter(in_score_dtype(h_src, alpha), src, dst, alpha, num_dst, "sum", names)
 
     def _propagate_grouped(self, h_src, alpha_src, alpha_dst, edge_index, edge_attr, is_loop, loops_of, num_loops,
                            num_src, num_dst, sorted_by_destination, return_attention_weights):
@@ -172,9 +179,9 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
                                           torch.finfo(alpha.dtype).min)
             alpha = run(torch.ops.pyg_fast.edge_softmax, alpha.contiguous(), graph.ptr, 0)
             alpha = F.dropout(alpha, p=self.dropout, training=self.training)
-            out = reduce_csr(h_src, graph.src, graph.ptr, alpha, "sum")
+            out = reduce_csr(in_score_dtype(h_src, alpha), graph.src, graph.ptr, alpha, "sum")
         else:  # no edges (and maybe no nodes): nothing to aggregate
-            out = h_src.new_zeros(num_dst, H * C)
+            out = alpha_src.new_zeros(num_dst, H * C)
         if return_attention_weights:
             return out, _graph.in_input_order(alpha, graph)
         return out

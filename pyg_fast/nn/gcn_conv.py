@@ -89,7 +89,9 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
         PyG's normalisation factored so that no per-edge weight is built. PyG replaces existing
         loops by one per node: here they weigh 0 and the loop term adds h'_i once."""
         inputs_first = self._inputs_first(x)
-        h = x if inputs_first else self.lin(x)
+        # in the inputs' dtype where autocast made the projection half: PyG's normalisation is in
+        # x's dtype and its messages (weight * x_j) promote (a half degree count is off past 256)
+        h = x if inputs_first else _promoted(self.lin(x), x.dtype)
         src, dst, names = _graph.endpoints(edge_index, self.flow)
 
         def normalisation():
@@ -111,6 +113,8 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
     def _propagate(self, x: Tensor, graph: _graph.Graph, weight: OptTensor) -> Tensor:
         inputs_first = self._inputs_first(x)
         h = x if inputs_first else self.lin(x)
+        if weight is not None:
+            h = _promoted(h, weight.dtype)
         out = reduce_csr(h, graph.src, graph.ptr, None if weight is None else weight_as(weight, h.dtype), "sum")
         return self._finish(out, inputs_first)
 
@@ -128,3 +132,8 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
         if inputs_first:
             out = self.lin(out)
         return out if self.bias is None else out + self.bias
+
+
+def _promoted(h: Tensor, dtype: torch.dtype) -> Tensor:
+    """``h`` in its promotion with ``dtype`` (itself where they agree, as outside autocast)."""
+    return h if h.dtype == dtype else h.to(torch.promote_types(h.dtype, dtype))

@@ -103,3 +103,12 @@ def test_a_source_out_of_its_relations_range_raises():
     bad[("c", "to", "a")][0, 3] = x["c"].size(0) + 2
     with pytest.raises((IndexError, ValueError), match="edge_index"):
         fast(x, bad)
+
+
+def test_grouped_attention_under_autocast_as_stock():
+    stock, fast, x, edges = models(lambda: pyg_nn.GATConv((-1, -1), 4, heads=2, add_self_loops=False))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want, got = stock(x, edges), fast(x, edges)
+    for t in want:
+        assert got[t].dtype == want[t].dtype
+        torch.testing.assert_close(got[t], want[t], rtol=1e-5, atol=1e-5)

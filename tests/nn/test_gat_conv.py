@@ -124,3 +124,19 @@ def test_out_of_range_edges_are_reported(device, end, route):
     with pytest.raises(IndexError, match=rf"'edge_index\[{end}\]' holds values outside \[0, 10\)"):
         second(first(x, ei), ei)
         pyg_fast.check_errors()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_autocast_as_pyg(device, route):
+    """Under autocast the projections are half and the scores float; PyG's messages, and its
+    output, are float."""
+    ref, fast = pair(device, heads=2)
+    ei = random_graph(40, 300, device)
+    x = torch.randn(40, 16, device=device)
+    half = torch.bfloat16 if device == "cpu" else torch.float16
+    with torch.autocast(device_type=torch.device(device).type, dtype=half):
+        want = ref(x, ei)
+        for _ in range(2):
+            got = fast(x, ei)
+            assert got.dtype == want.dtype
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

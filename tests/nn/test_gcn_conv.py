@@ -139,3 +139,25 @@ def test_graph_caches_release_edge_index(make_layer, as_edge_index):
     del ei
     gc.collect()
     assert alive() is None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_autocast_as_pyg(device, weighted, route):
+    """Under autocast the projection is half; PyG normalises in the inputs' dtype and its messages
+    promote. Node 0 has 400 in-edges: a degree counted in bfloat16 would be off."""
+    ref = pyg_nn.GCNConv(32, 8).to(device)  # projected before propagating (8 < 32)
+    fast = fast_nn.GCNConv(32, 8).to(device)
+    fast.load_state_dict(ref.state_dict())
+    ei = torch.cat([random_graph(60, 300, device),
+                    torch.stack([torch.randint(0, 60, (400,), device=device), torch.zeros(400, dtype=torch.long,
+                                                                                          device=device)])], 1)
+    x = torch.randn(60, 32, device=device)
+    w = torch.rand(ei.size(1), device=device) if weighted else None
+    half = torch.bfloat16 if device == "cpu" else torch.float16
+    with torch.autocast(device_type=torch.device(device).type, dtype=half):
+        want = ref(x, ei, w)
+        for _ in range(2):
+            got = fast(x, ei, w)
+            assert got.dtype == want.dtype
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
