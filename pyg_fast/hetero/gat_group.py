@@ -13,9 +13,9 @@ from pyg_fast.hetero.linear import grouped_linear
 from pyg_fast.hetero.tensor_slice import host_ptr
 from pyg_fast.hetero.typed_calls import finish, group, keys_of, order_problem, typed_calls
 from pyg_fast.nn import _graph
-from pyg_fast.nn.gat_conv import GATConv, in_score_dtype
+from pyg_fast.nn.gat_conv import GATConv, softmax_sum
 from pyg_fast.ops import _layout
-from pyg_fast.ops._kernels import reduce_csr, run
+from pyg_fast.ops._kernels import run
 from pyg_fast.ops.segment_matmul import segment_matmul
 
 # Where the relations run as one. On the CPU one call per relation was faster: HGB ACM's 2-layer
@@ -49,10 +49,8 @@ def grouped_gat(convs: Sequence[GATConv], pairs: Sequence[bool], x_src: Sequence
     if graph.src.numel() > 0:
         alpha = run(torch.ops.pyg_fast.sddmm, alpha_src.unsqueeze(-1), alpha_dst.unsqueeze(-1), graph.src, dst,
                     "add").squeeze(-1)
-        alpha = F.leaky_relu(alpha, first.negative_slope)
-        alpha = run(torch.ops.pyg_fast.edge_softmax, alpha.contiguous(), graph.ptr, 0)
-        alpha = F.dropout(alpha, p=first.dropout, training=first.training)
-        out = reduce_csr(in_score_dtype(h_src, alpha), graph.src, graph.ptr, alpha, "sum")
+        out = softmax_sum(F.leaky_relu(alpha, first.negative_slope), h_src, graph.src, graph.ptr, first.dropout,
+                          first.training)[0]
     else:
         out = alpha_src.new_zeros(sum(num_dst), H * C)
     if not first.concat:

@@ -23,6 +23,13 @@ _HOOK_DICTS = (
 _REDUCES = {SumAggregation: "sum", MeanAggregation: "mean", MaxAggregation: "max", MinAggregation: "min"}
 
 
+def promoted(h: Tensor, dtype: torch.dtype) -> Tensor:
+    """``h`` in its type promotion with ``dtype`` (itself where they agree, as outside autocast).
+    Under autocast a layer's projection is half while its attention or edge weights are float, and
+    PyG's messages (``x_j * alpha``, ``w * x_j``) promote; the aggregation kernels take one dtype."""
+    return h if h.dtype == dtype else h.to(torch.promote_types(h.dtype, dtype))
+
+
 def plain_linear(linear: torch.nn.Module) -> bool:
     """Whether ``linear`` is torch's or PyG's ``Linear`` whose call is the product with its weight
     (plus bias) and nothing else: initialised (not lazy), no forward hooks of its own or global

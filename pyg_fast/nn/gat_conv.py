@@ -10,7 +10,7 @@ from torch_geometric.typing import Adj, OptTensor, Size
 from torch_geometric.utils import add_self_loops, remove_self_loops
 
 from pyg_fast.nn import _graph
-from pyg_fast.nn._fused import FusedLayer
+from pyg_fast.nn._fused import FusedLayer, promoted
 from pyg_fast.ops import _layout
 from pyg_fast.ops._kernels import coo_route, gather_rows, gather_scatter, reduce_csr, run
 from pyg_fast.ops.segment_reduce import segment_reduce
@@ -25,11 +25,14 @@ def _looped(src: Tensor, dst: Tensor, num_loops: int) -> Tuple[Tensor, Tensor]:
     return torch.cat([src, loops]), torch.cat([dst, loops])
 
 
-def in_score_dtype(h_src: Tensor, alpha: Tensor) -> Tensor:
-    """The projected sources in the attention's dtype: under autocast the projection is half and
-    the scores float (the float attention vector promotes them), and PyG's message ``x_j * alpha``
-    computes in float; the aggregation kernels take one dtype."""
-    return h_src if h_src.dtype == alpha.dtype else h_src.to(alpha.dtype)
+def softmax_sum(alpha: Tensor, h_src: Tensor, src: Tensor, ptr: Tensor, dropout: float,
+                training: bool) -> Tuple[Tensor, Tensor]:
+    """(the sum over each destination's edges of ``alpha`` * ``h_src[src]``, ``alpha``) after the
+    softmax of the scores ``alpha`` [E, H] over the segments of ``ptr`` and the dropout, the edges
+    grouped by destination and validated."""
+    alpha = run(torch.ops.pyg_fast.edge_softmax, alpha.contiguous(), ptr, 0)
+    alpha = F.dropout(alpha, p=dropout, training=training)
+    return reduce_csr(promoted(h_src, alpha.dtype), src, ptr, alpha, "sum"), alpha
 
 
 class GATConv(FusedLayer, pyg_nn.GATConv):
@@ -148,7 +151,7 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
         # against the same size (a report: ~30 us of host time, H100 host)
         alpha = run(torch.ops.pyg_fast.edge_softmax_coo, alpha.contiguous(), dst, num_dst)[0]
         alpha = F.dropout(alpha, p=self.dropout, training=self.training)
-        return gather_scatter(in_score_dtype(h_src, alpha), src, dst, alpha, num_dst, "sum", names)
+        return gather_scatter(promoted(h_src, alpha.dtype), src, dst, alpha, num_dst, "sum", names)
 
     def _propagate_grouped(self, h_src, alpha_src, alpha_dst, edge_index, edge_attr, is_loop, loops_of, num_loops,
                            num_src, num_dst, sorted_by_destination, return_attention_weights):
@@ -177,9 +180,7 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
             if is_loop is not None:  # the lowest finite value: the CUDA softmax's running maximum starts at -inf
                 alpha = alpha.masked_fill(_graph.in_edge_order(is_loop, graph).unsqueeze(1),
                                           torch.finfo(alpha.dtype).min)
-            alpha = run(torch.ops.pyg_fast.edge_softmax, alpha.contiguous(), graph.ptr, 0)
-            alpha = F.dropout(alpha, p=self.dropout, training=self.training)
-            out = reduce_csr(in_score_dtype(h_src, alpha), graph.src, graph.ptr, alpha, "sum")
+            out, alpha = softmax_sum(alpha, h_src, graph.src, graph.ptr, self.dropout, self.training)
         else:  # no edges (and maybe no nodes): nothing to aggregate
             out = alpha_src.new_zeros(num_dst, H * C)
         if return_attention_weights:

@@ -5,7 +5,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.typing import Adj, OptTensor
 
 from pyg_fast.nn import _graph
-from pyg_fast.nn._fused import FusedLayer, edge_values, plain_linear
+from pyg_fast.nn._fused import FusedLayer, edge_values, plain_linear, promoted
 from pyg_fast.ops import _layout
 from pyg_fast.ops._kernels import coo_route, gather_scatter, reduce_csr, weight_as
 
@@ -89,9 +89,8 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
         PyG's normalisation factored so that no per-edge weight is built. PyG replaces existing
         loops by one per node: here they weigh 0 and the loop term adds h'_i once."""
         inputs_first = self._inputs_first(x)
-        # in the inputs' dtype where autocast made the projection half: PyG's normalisation is in
-        # x's dtype and its messages (weight * x_j) promote (a half degree count is off past 256)
-        h = x if inputs_first else _promoted(self.lin(x), x.dtype)
+        # PyG normalises in x's dtype (a half degree count is off past 256)
+        h = x if inputs_first else promoted(self.lin(x), x.dtype)
         src, dst, names = _graph.endpoints(edge_index, self.flow)
 
         def normalisation():
@@ -114,7 +113,7 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
         inputs_first = self._inputs_first(x)
         h = x if inputs_first else self.lin(x)
         if weight is not None:
-            h = _promoted(h, weight.dtype)
+            h = promoted(h, weight.dtype)
         out = reduce_csr(h, graph.src, graph.ptr, None if weight is None else weight_as(weight, h.dtype), "sum")
         return self._finish(out, inputs_first)
 
@@ -133,7 +132,3 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
             out = self.lin(out)
         return out if self.bias is None else out + self.bias
 
-
-def _promoted(h: Tensor, dtype: torch.dtype) -> Tensor:
-    """``h`` in its promotion with ``dtype`` (itself where they agree, as outside autocast)."""
-    return h if h.dtype == dtype else h.to(torch.promote_types(h.dtype, dtype))
