@@ -28,19 +28,26 @@ def with_cuda() -> bool:
     return torch.cuda.is_available() and CUDA_HOME is not None
 
 
+# The extension's sources and flags, also read by benchmarks/cuda_build_here.py (the CUDA build
+# without a GPU machine).
+CXX_FLAGS = ["-O3", "-fopenmp"]
+NVCC_FLAGS = ["-O3", "-lineinfo", "--expt-relaxed-constexpr", "-DWITH_CUDA"]
+LINK_FLAGS = ["-fopenmp", "-ldl"]
+
+
+def sources(cuda: bool) -> list:
+    found = []
+    for folder in ("ops", "cpu", "tuning", "triton"):  # triton: launches Triton's CUDA kernels
+        found += sorted(glob.glob(os.path.join(CSRC, folder, "*.cpp")))
+    return found + (sorted(glob.glob(os.path.join(CSRC, "cuda", "*.cu"))) if cuda else [])
+
+
 def extension():
-    sources = sorted(glob.glob(os.path.join(CSRC, "ops", "*.cpp")))
-    sources += sorted(glob.glob(os.path.join(CSRC, "cpu", "*.cpp")))
-    sources += sorted(glob.glob(os.path.join(CSRC, "tuning", "*.cpp")))
-    sources += sorted(glob.glob(os.path.join(CSRC, "triton", "*.cpp")))  # launches Triton's CUDA kernels
-    cxx = ["-O3", "-fopenmp"]
-    kwargs = dict(extra_link_args=["-fopenmp", "-ldl"])
+    kwargs = dict(extra_link_args=LINK_FLAGS)
     if with_cuda():
-        sources += sorted(glob.glob(os.path.join(CSRC, "cuda", "*.cu")))
-        nvcc = ["-O3", "-lineinfo", "--expt-relaxed-constexpr", "-DWITH_CUDA"]
-        return CUDAExtension("pyg_fast._C", sources, define_macros=[("WITH_CUDA", None)],
-                             extra_compile_args={"cxx": cxx, "nvcc": nvcc}, **kwargs)
-    return CppExtension("pyg_fast._C", sources, extra_compile_args={"cxx": cxx}, **kwargs)
+        return CUDAExtension("pyg_fast._C", sources(True), define_macros=[("WITH_CUDA", None)],
+                             extra_compile_args={"cxx": CXX_FLAGS, "nvcc": NVCC_FLAGS}, **kwargs)
+    return CppExtension("pyg_fast._C", sources(False), extra_compile_args={"cxx": CXX_FLAGS}, **kwargs)
 
 
 class BuildExt(BuildExtension.with_options(use_ninja=True)):
@@ -53,20 +60,21 @@ class BuildExt(BuildExtension.with_options(use_ninja=True)):
         self.build_temp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "build", "ninja")
 
 
-setup(
-    name="pyg_fast",
-    version="0.1.0",
-    description="Faster kernels for PyTorch Geometric models: segment reduction, "
-    "SpMM, SDDMM, edge softmax and segmented matmul",
-    packages=find_packages(include=["pyg_fast", "pyg_fast.*"]),
-    package_data={"pyg_fast": ["tuning/*.json"]},
-    python_requires=">=3.10",
-    install_requires=["torch>=2.4", "torch_geometric>=2.6"],
-    # test: the suite (Triton's interpreter runs the segmented-matmul kernels on the CPU);
-    # bench: the benchmark harness and the heterogeneous datasets' loaders
-    extras_require={"test": ["pytest", "pytest-xdist", "triton", "scipy"],
-                    "bench": ["triton", "scipy", "pandas", "rdflib"]},
-    ext_modules=[extension()],
-    cmdclass={"build_ext": BuildExt},
-    zip_safe=False,
-)
+if __name__ == "__main__":  # pip's setuptools backend runs this file as __main__
+    setup(
+        name="pyg_fast",
+        version="0.1.0",
+        description="Faster kernels for PyTorch Geometric models: segment reduction, "
+        "SpMM, SDDMM, edge softmax and segmented matmul",
+        packages=find_packages(include=["pyg_fast", "pyg_fast.*"]),
+        package_data={"pyg_fast": ["tuning/*.json"]},
+        python_requires=">=3.10",
+        install_requires=["torch>=2.4", "torch_geometric>=2.6"],
+        # test: the suite (Triton's interpreter runs the segmented-matmul kernels on the CPU);
+        # bench: the benchmark harness and the heterogeneous datasets' loaders
+        extras_require={"test": ["pytest", "pytest-xdist", "triton", "scipy"],
+                        "bench": ["triton", "scipy", "pandas", "rdflib"]},
+        ext_modules=[extension()],
+        cmdclass={"build_ext": BuildExt},
+        zip_safe=False,
+    )

@@ -8,7 +8,7 @@ import torch_geometric.nn as pyg_nn
 
 import pyg_fast
 import pyg_fast.hetero.gat_group
-from pyg_fast.testing import PygFastOps
+from pyg_fast.testing import DEVICES, PygFastOps
 from tests.nn.test_convert import assert_same_outputs_and_gradients, hetero_graph
 
 TYPES = ["a", "b", "c"]
@@ -30,18 +30,20 @@ class TwoLayers(torch.nn.Module):
         return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
 
 
-def models(make, relations=RELATIONS, num_features=8):
+def models(make, device="cpu", relations=RELATIONS, num_features=8):
     torch.manual_seed(0)
-    stock = pyg_nn.to_hetero(TwoLayers(make), (TYPES, relations), aggr="sum")
+    stock = pyg_nn.to_hetero(TwoLayers(make), (TYPES, relations), aggr="sum").to(device)
     x, edges = hetero_graph(TYPES, relations, num_features)
+    x, edges = ({k: v.to(device) for k, v in d.items()} for d in (x, edges))
     stock(x, edges)  # initialises the lazy layers
     return stock, pyg_fast.convert(copy.deepcopy(stock)), x, edges
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("heads,concat", [(1, True), (3, True), (2, False)])
-def test_grouped_attention_as_stock(heads, concat):
+def test_grouped_attention_as_stock(heads, concat, device):
     stock, fast, x, edges = models(lambda: pyg_nn.GATConv((-1, -1), 4, heads=heads, concat=concat,
-                                                          add_self_loops=False))
+                                                          add_self_loops=False), device)
     names = [f"{s}__{r}__{d}" for s, r, d in RELATIONS]
     assert [(name, kind, rels) for name, kind, rels in fast.pyg_fast_report.grouped] == [
         ("conv1", "GATConv per relation", names), ("conv2", "GATConv per relation", names)]
@@ -54,14 +56,17 @@ def test_grouped_attention_as_stock(heads, concat):
         fast.zero_grad()
 
 
-def test_grouped_attention_with_a_relation_without_edges():
-    stock, fast, x, edges = models(lambda: pyg_nn.GATConv((-1, -1), 4, heads=2, add_self_loops=False))
+@pytest.mark.parametrize("device", DEVICES)
+def test_grouped_attention_with_a_relation_without_edges(device):
+    stock, fast, x, edges = models(lambda: pyg_nn.GATConv((-1, -1), 4, heads=2, add_self_loops=False), device)
     edges[("c", "to", "a")] = edges[("c", "to", "a")][:, :0]
     assert_same_outputs_and_gradients(stock, fast, x, edges)
 
 
-def test_grouped_attention_dropout_in_training():
-    stock, fast, x, edges = models(lambda: pyg_nn.GATConv((-1, -1), 4, heads=2, dropout=0.5, add_self_loops=False))
+@pytest.mark.parametrize("device", DEVICES)
+def test_grouped_attention_dropout_in_training(device):
+    stock, fast, x, edges = models(lambda: pyg_nn.GATConv((-1, -1), 4, heads=2, dropout=0.5, add_self_loops=False),
+                                   device)
     fast.eval()
     stock.eval()
     assert_same_outputs_and_gradients(stock, fast, x, edges)
@@ -89,8 +94,9 @@ def test_layers_with_self_loops_are_left_with_the_reason():
     assert_same_outputs_and_gradients(stock, fast, x, edges)
 
 
-def test_explain_and_hooks_take_each_layer_as_pyg_does():
-    stock, fast, x, edges = models(lambda: pyg_nn.GATConv((-1, -1), 4, heads=2, add_self_loops=False))
+@pytest.mark.parametrize("device", DEVICES)
+def test_explain_and_hooks_take_each_layer_as_pyg_does(device):
+    stock, fast, x, edges = models(lambda: pyg_nn.GATConv((-1, -1), 4, heads=2, add_self_loops=False), device)
     seen = []
     for conv in fast.conv1.values():
         conv.register_message_forward_hook(lambda module, inputs, output: seen.append(output.shape))
@@ -100,19 +106,22 @@ def test_explain_and_hooks_take_each_layer_as_pyg_does():
     assert len(seen) == len(RELATIONS)
 
 
-def test_a_source_out_of_its_relations_range_raises():
-    stock, fast, x, edges = models(lambda: pyg_nn.GATConv((-1, -1), 4, add_self_loops=False))
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_source_out_of_its_relations_range_raises(device):
+    stock, fast, x, edges = models(lambda: pyg_nn.GATConv((-1, -1), 4, add_self_loops=False), device)
     bad = dict(edges)
     # in range of the stacked sources of all relations, not of its own source type ('c': 18 rows)
     bad[("c", "to", "a")] = bad[("c", "to", "a")].clone()
     bad[("c", "to", "a")][0, 3] = x["c"].size(0) + 2
     with pytest.raises((IndexError, ValueError), match="edge_index"):
         fast(x, bad)
+        pyg_fast.check_errors()  # on CUDA the kernels report at the next check
 
 
-def test_grouped_attention_under_autocast_as_stock():
-    stock, fast, x, edges = models(lambda: pyg_nn.GATConv((-1, -1), 4, heads=2, add_self_loops=False))
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+@pytest.mark.parametrize("device", DEVICES)
+def test_grouped_attention_under_autocast_as_stock(device):
+    stock, fast, x, edges = models(lambda: pyg_nn.GATConv((-1, -1), 4, heads=2, add_self_loops=False), device)
+    with torch.autocast(device, dtype=torch.bfloat16 if device == "cpu" else torch.float16):
         want, got = stock(x, edges), fast(x, edges)
     for t in want:
         assert got[t].dtype == want[t].dtype
