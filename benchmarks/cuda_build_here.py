@@ -1,7 +1,7 @@
 """Builds pyg_fast's CUDA extension on a machine without a GPU, for the GPU machine to load.
 
 A GPU machine's time is scarce and a fresh one builds the extension in 210-340 s; here the same
-build takes about 24 minutes on 2 cores and costs none of it. It compiles setup.py's sources with
+build takes about 16 minutes on 2 cores and costs none of it. It compiles setup.py's sources with
 setup.py's flags against the headers of the GPU machine's torch (its wheel, unpacked: the
 ``torch`` folder with ``include`` and ``lib``), this machine's nvcc, and the headers of the CUDA
 libraries and of the Python the GPU machine runs, then links against that torch's libraries.
