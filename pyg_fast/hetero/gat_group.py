@@ -13,7 +13,7 @@ from pyg_fast.hetero.linear import grouped_linear
 from pyg_fast.hetero.tensor_slice import host_ptr
 from pyg_fast.hetero.typed_calls import finish, group, keys_of, order_problem, typed_calls
 from pyg_fast.nn import _graph
-from pyg_fast.nn.gat_conv import GATConv, softmax_sum
+from pyg_fast.nn.gat_conv import GATConv, dst_scores, foldable, softmax_sum
 from pyg_fast.ops import _layout
 from pyg_fast.ops._kernels import run
 from pyg_fast.ops.segment_matmul import segment_matmul
@@ -40,12 +40,11 @@ def grouped_gat(convs: Sequence[GATConv], pairs: Sequence[bool], x_src: Sequence
                 for conv, pair, xs, xd, e in zip(convs, pairs, x_src, x_dst, edge_index)]
     H, C = first.heads, first.out_channels
     h_src = grouped_linear([conv.lin_src for conv in convs], list(x_src))
-    h_dst = grouped_linear([conv.lin_dst for conv in convs], list(x_dst))
-    num_src, num_dst = [h.size(0) for h in h_src], [h.size(0) for h in h_dst]
+    num_src, num_dst = [h.size(0) for h in h_src], [x.size(0) for x in x_dst]
     graph, dst = _combined(edge_index, num_src, num_dst, first.flow)
-    h_src, h_dst = torch.cat(h_src), torch.cat(h_dst)
+    h_src = torch.cat(h_src)
     alpha_src = _scores(h_src, num_src, [conv.att_src for conv in convs], H, C)
-    alpha_dst = _scores(h_dst, num_dst, [conv.att_dst for conv in convs], H, C)
+    alpha_dst = _dst_scores(convs, x_dst, num_dst, H, C)
     if graph.src.numel() > 0:
         alpha = run(torch.ops.pyg_fast.sddmm, alpha_src.unsqueeze(-1), alpha_dst.unsqueeze(-1), graph.src, dst,
                     "add").squeeze(-1)
@@ -70,6 +69,22 @@ def _scores(h: Tensor, sizes: List[int], att: List[Tensor], H: int, C: int) -> T
     dtype = torch.promote_types(h.dtype, att.dtype)  # as the layer's product promotes (autocast's half rows)
     blocks = (att.unsqueeze(-1) * torch.eye(H, dtype=att.dtype, device=att.device).unsqueeze(1)).reshape(-1, H * C, H)
     return segment_matmul(h.to(dtype), host_ptr(tuple(sizes)), blocks.to(dtype))
+
+
+def _dst_scores(convs: Sequence[GATConv], x_dst: Sequence[Tensor], num_dst: List[int], H: int, C: int) -> Tensor:
+    """The relations' target scores, each relation's projection folded into its attention vector
+    as :func:`pyg_fast.nn.gat_conv.dst_scores` does: one segmented matmul into ``H`` columns where
+    the targets share their feature size, one product each where they do not; the projections
+    themselves where :func:`~pyg_fast.nn.gat_conv.foldable` says not, or a layer's has a bias."""
+    lins = [conv.lin_dst for conv in convs]
+    att = [conv.att_dst for conv in convs]
+    if not all(foldable(lin, x) and lin.bias is None for lin, x in zip(lins, x_dst)):
+        return _scores(torch.cat(grouped_linear(lins, list(x_dst))), num_dst, att, H, C)
+    if len({x.size(1) for x in x_dst}) != 1:
+        return torch.cat([dst_scores(lin, a, x) for lin, a, x in zip(lins, att, x_dst)])
+    weight = torch.stack([lin.weight for lin in lins]).view(len(lins), H, C, -1)
+    folded = (weight * torch.stack(att).view(len(lins), H, C, 1)).sum(2).transpose(1, 2)  # [R, in, H]
+    return segment_matmul(torch.cat(list(x_dst)), host_ptr(tuple(num_dst)), folded)
 
 
 def _combined(edge_index: Sequence[Tensor], num_src: List[int], num_dst: List[int],

@@ -57,6 +57,24 @@ def test_grouped_attention_as_stock(heads, concat, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("grouped", [True, False])
+def test_attention_over_types_of_different_widths(device, grouped, monkeypatch):
+    """Targets of 3, 8 and 17 features: the grouped layer folds each relation's target projection
+    into its scores on its own, the per-relation layers each theirs."""
+    if not grouped:
+        monkeypatch.setattr(pyg_fast.hetero.gat_group, "GROUPED_DEVICES", ())
+    torch.manual_seed(0)
+    stock = pyg_nn.to_hetero(TwoLayers(lambda: pyg_nn.GATConv((-1, -1), 4, heads=2, add_self_loops=False)),
+                             (TYPES, RELATIONS), aggr="sum").to(device)
+    x, edges = hetero_graph(TYPES, RELATIONS)
+    x = {t: torch.randn(v.size(0), width, device=device) for (t, v), width in zip(x.items(), (3, 8, 17))}
+    edges = {k: v.to(device) for k, v in edges.items()}
+    stock(x, edges)
+    fast = pyg_fast.convert(copy.deepcopy(stock))
+    assert_same_outputs_and_gradients(stock, fast, x, edges)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_grouped_attention_with_a_relation_without_edges(device):
     stock, fast, x, edges = models(lambda: pyg_nn.GATConv((-1, -1), 4, heads=2, add_self_loops=False), device)
     edges[("c", "to", "a")] = edges[("c", "to", "a")][:, :0]
