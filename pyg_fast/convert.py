@@ -24,7 +24,8 @@ def registry() -> Dict[type, type]:
 
 
 _GROUPED = {"Linear per type": "grouped into one segmented matmul on CUDA",
-            "GATConv per relation": "run as one attention over the relations"}
+            "GATConv per relation": "run as one attention over the relations",
+            "SAGEConv per relation": "one product of the target features with the summed root weights"}
 
 
 class Report(NamedTuple):
@@ -58,7 +59,10 @@ def convert(model: torch.nn.Module, filter_fn: Optional[Callable[[torch.nn.Modul
     Only exact PyG classes are replaced (a user subclass may override methods the fast path
     skips). In a traced model (``torch_geometric.nn.to_hetero``'s), the per-type linear layers
     that a ModuleDict holds are run as one segmented matmul where there are at least four of the
-    same shape, the layers and state dict unchanged. ``filter_fn(module, name)`` may exclude modules. What was replaced and what was left,
+    same shape, its GAT layers as one attention over the relations on CUDA, and the SAGE layers of
+    the relations into one node type with one product of its features by their summed root
+    weights, the layers and state dict unchanged. ``filter_fn(module, name)`` may exclude modules.
+    What was replaced and what was left,
     with the reason, is printed (``verbose=False``: logged to the ``pyg_fast`` logger at INFO
     only) and kept as ``model.pyg_fast_report``; ``model.pyg_fast_converted`` lists the
     replaced names. A warning says so when nothing was replaced.
@@ -96,7 +100,8 @@ def convert(model: torch.nn.Module, filter_fn: Optional[Callable[[torch.nn.Modul
     if isinstance(result, torch.fx.GraphModule):  # to_hetero's models: per-type layers
         from pyg_fast.hetero.gat_group import group_typed_gats
         from pyg_fast.hetero.linear import group_typed_linears
-        for kind, grouper in zip(_GROUPED, (group_typed_linears, group_typed_gats)):
+        from pyg_fast.hetero.sage_group import group_typed_sages
+        for kind, grouper in zip(_GROUPED, (group_typed_linears, group_typed_gats, group_typed_sages)):
             for name, types, why in grouper(result):
                 if why:
                     left.append((name, kind, why))

@@ -11,7 +11,7 @@ from torch.nn.parameter import UninitializedParameter
 
 from pyg_fast.hetero.linear import grouped_linear
 from pyg_fast.hetero.tensor_slice import host_ptr
-from pyg_fast.hetero.typed_calls import finish, group, keys_of, order_problem, typed_calls
+from pyg_fast.hetero.typed_calls import features, finish, group, keys_of, order_problem, typed_calls
 from pyg_fast.nn import _graph
 from pyg_fast.nn.gat_conv import GATConv, dst_scores, foldable, softmax_sum
 from pyg_fast.ops import _layout
@@ -139,9 +139,9 @@ def group_typed_gats(model: torch.fx.GraphModule) -> List[Tuple[str, List[str], 
                 {conv.bias is None for conv in layers}) != 1:
             why = "the layers differ in heads, channels or attention settings"
         elif any(len(node.args) != 2 or node.kwargs or not isinstance(node.args[1], torch.fx.Node)
-                 or not _features(node.args[0]) for node in members):
+                 or not features(node.args[0]) for node in members):
             why = "a call with other arguments than features and an edge_index"
-        inputs = [] if why else [n for node in members for n in _features(node.args[0]) + [node.args[1]]]
+        inputs = [] if why else [n for node in members for n in features(node.args[0]) + [node.args[1]]]
         why = why or order_problem(model, members, inputs)
         done.append((parent, keys, why))
         if not why:
@@ -151,12 +151,3 @@ def group_typed_gats(model: torch.fx.GraphModule) -> List[Tuple[str, List[str], 
         finish(model)
     return done
 
-
-def _features(arg) -> List[torch.fx.Node]:
-    """[source, target] feature nodes of a call's first argument (a node, or a pair of nodes), or
-    [] for anything else."""
-    if isinstance(arg, torch.fx.Node):
-        return [arg, arg]
-    if isinstance(arg, tuple) and len(arg) == 2 and all(isinstance(a, torch.fx.Node) for a in arg):
-        return list(arg)
-    return []

@@ -1,7 +1,11 @@
-"""Drop-in HeteroConv: the linear layers of its SAGE convolutions as segmented matmuls."""
+"""Drop-in HeteroConv: the root terms of its SAGE convolutions summed per node type, their
+linear layers as segmented matmuls."""
+import functools
+import operator
 from typing import Dict, List, Optional
 
 import torch
+import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch.nn.parameter import UninitializedParameter
@@ -9,43 +13,78 @@ from torch_geometric.nn.conv.hetero_conv import group
 
 from pyg_fast._dropin import DropIn
 from pyg_fast.hetero.linear import HeteroDictLinear, grouped_linear
+from pyg_fast.nn.sage_conv import summed_roots
 
 
 class HeteroConv(DropIn, pyg_nn.HeteroConv):
     r"""PyG's :class:`~torch_geometric.nn.HeteroConv` (same arguments, state and results). Where
-    its convolutions are pyg_fast :class:`~pyg_fast.nn.SAGEConv` layers of one shape (at least
-    four edge types, a root weight, no projection or normalisation) and it is called with node
-    features and edges alone, each edge type's neighbours are aggregated by the kernels and the
-    edge types' linear layers run through ``grouped_linear`` (two segmented matmuls, neighbours
-    and roots, on a device of ``HeteroDictLinear.grouped_devices``); otherwise PyG's forward
-    calls each convolution.
+    its convolutions are pyg_fast :class:`~pyg_fast.nn.SAGEConv` layers and it is called with node
+    features and edges alone, each edge type's neighbours are aggregated by the kernels, and:
+
+    - under a sum or mean over edge types, the relations into one node type share one product of
+      its features with their summed root weights (``pyg_fast.nn.sage_conv.summed_roots``);
+    - where the layers share one shape (at least four edge types, a root weight, no projection or
+      normalisation), the edge types' neighbour layers run through ``grouped_linear`` (a segmented
+      matmul on a device of ``HeteroDictLinear.grouped_devices``), and so do their root layers
+      under the other aggregations.
+
+    Otherwise PyG's forward calls each convolution.
     """
 
     def forward(self, *args_dict, **kwargs_dict) -> Dict[str, Tensor]:
         parts = None if kwargs_dict or len(args_dict) != 2 or torch.jit.is_scripting() else self._sage_parts(
             *args_dict)
-        if parts is None:
+        summed = self.aggr in ("sum", "mean")
+        grouped = parts is not None and self._grouped([conv for _, conv, _ in parts])
+        if parts is None or not (summed or grouped):
             return super().forward(*args_dict, **kwargs_dict)
-        convs = [conv for _, conv, _, _ in parts]
-        neighbours = grouped_linear([conv.lin_l for conv in convs], [aggregated for _, _, aggregated, _ in parts])
-        roots = grouped_linear([conv.lin_r for conv in convs], [x_dst for _, _, _, x_dst in parts])
+        if grouped:  # the neighbours' aggregates, each through its edge type's lin_l
+            convs = [conv for _, conv, _ in parts]
+            aggregated = [conv._aggregate_neighbours(x_src, x_dst, edges, None) for _, conv, (x_src, x_dst, edges)
+                          in parts]
+            neighbours = grouped_linear([conv.lin_l for conv in convs], aggregated)
         out_dict: Dict[str, List[Tensor]] = {}
-        for (dst, _, _, _), left, right in zip(parts, neighbours, roots):
-            out_dict.setdefault(dst, []).append(left + right)  # SAGEConv's own order of the sum
+        if summed:
+            by_dst: Dict[str, List[int]] = {}
+            for i, (dst, _, _) in enumerate(parts):
+                by_dst.setdefault(dst, []).append(i)
+            for dst, members in by_dst.items():
+                x_dst = parts[members[0]][2][1]
+                if grouped:
+                    root = functools.reduce(operator.add, [parts[i][1].lin_r.weight for i in members])
+                    outs = [neighbours[i] for i in members]
+                    outs[0] = outs[0] + F.linear(x_dst, root)
+                else:
+                    convs = [parts[i][1] for i in members]
+                    outs = summed_roots(convs, x_dst, [parts[i][2] for i in members]) or [
+                        conv.fused_forward(x_src, x_dst, edges, None, conv.lin_r if conv.root_weight else None)
+                        for conv, (x_src, x_dst, edges) in zip(convs, [parts[i][2] for i in members])]
+                out_dict[dst] = outs
+        else:
+            roots = grouped_linear([conv.lin_r for conv in convs], [x_dst for _, _, (_, x_dst, _) in parts])
+            for (dst, _, _), left, right in zip(parts, neighbours, roots):
+                out_dict.setdefault(dst, []).append(left + right)  # SAGEConv's own order of the sum
         return {dst: group(outs, self.aggr) for dst, outs in out_dict.items()}
 
+    @staticmethod
+    def _grouped(convs: List) -> bool:
+        """Whether the edge types' linear layers may run through ``grouped_linear``: at least
+        ``HeteroDictLinear.min_types`` of one shape, each with a root weight and no projection or
+        normalisation."""
+        if len(convs) < HeteroDictLinear.min_types or not all(
+                conv.root_weight and not conv.project and not conv.normalize for conv in convs):
+            return False
+        return len({(conv.lin_l.weight.shape, conv.lin_r.weight.shape) for conv in convs}) == 1
+
     def _sage_parts(self, x_dict, edge_index_dict) -> Optional[List]:
-        """(destination type, conv, aggregated neighbours, destination features) per edge type
-        present, in PyG's order, or None where the grouped path does not apply."""
+        """(destination type, conv, its ``_fused_input``) per edge type present, in PyG's order,
+        or None where a convolution is not a pyg_fast SAGEConv on its fused path with initialised
+        layers and destination features."""
         from pyg_fast.nn import SAGEConv
         convs = list(self.convs.items())
-        if len(convs) < HeteroDictLinear.min_types or not all(
-                type(conv) is SAGEConv and conv.root_weight and not conv.project and not conv.normalize
-                for _, conv in convs):
+        if not convs or not all(type(conv) is SAGEConv for _, conv in convs):
             return None
-        lins = [lin for _, conv in convs for lin in (conv.lin_l, conv.lin_r)]
-        if any(isinstance(lin.weight, UninitializedParameter) for lin in lins) or len(
-                {(conv.lin_l.weight.shape, conv.lin_r.weight.shape) for _, conv in convs}) != 1:
+        if any(isinstance(p, UninitializedParameter) for _, conv in convs for p in conv.parameters()):
             return None
         parts = []
         for (src, rel, dst), conv in convs:
@@ -57,6 +96,5 @@ class HeteroConv(DropIn, pyg_nn.HeteroConv):
             fused = conv._fused_input(x, edge_index_dict[(src, rel, dst)])
             if fused is None or fused[1] is None:
                 return None
-            x_src, x_dst, edges = fused
-            parts.append((dst, conv, conv._aggregate_neighbours(x_src, x_dst, edges, None), x_dst))
+            parts.append((dst, conv, fused))
         return parts or None

@@ -21,6 +21,16 @@ def keys_of(members: Sequence[torch.fx.Node]) -> List[str]:
     return [node.target.rsplit(".", 1)[1] for node in members]
 
 
+def features(arg) -> List[torch.fx.Node]:
+    """[source, target] feature nodes of a layer call's first argument (a node, or a pair of
+    nodes), or [] for anything else."""
+    if isinstance(arg, torch.fx.Node):
+        return [arg, arg]
+    if isinstance(arg, tuple) and len(arg) == 2 and all(isinstance(a, torch.fx.Node) for a in arg):
+        return list(arg)
+    return []
+
+
 def order_problem(model: torch.fx.GraphModule, members: Sequence[torch.fx.Node],
                   inputs: Sequence[torch.fx.Node]) -> str:
     """Why the calls cannot be grouped at the place of the last of their ``inputs`` ('' if they

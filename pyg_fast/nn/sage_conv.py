@@ -1,3 +1,8 @@
+import functools
+import operator
+from typing import List, Optional, Sequence, Union
+
+import torch
 import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
@@ -32,32 +37,58 @@ class SAGEConv(FusedLayer, pyg_nn.SAGEConv):
         if fused is None:
             return super().forward(x, edge_index, size)
         x_src, x_dst, edges = fused
+        return self.fused_forward(x_src, x_dst, edges, size, self.lin_r if self.root_weight and x_dst is not None
+                                  else None)
+
+    def fused_forward(self, x_src: Tensor, x_dst: Optional[Tensor], edges: _graph.Edges, size: Size,
+                      root: Union[torch.nn.Module, Tensor, None]) -> Tensor:
+        """The layer on ``_fused_input``'s parts, with ``root`` the map of the targets' own
+        features: ``lin_r``, a weight standing for it (:func:`summed_roots`) or None (no root
+        term)."""
         if self.project and hasattr(self, "lin"):
             x_src = self.lin(x_src).relu()
-        lin_l, root = self.lin_l, self.root_weight and x_dst is not None
+        lin_l = self.lin_l
         if self._transform_first(x_src, x_dst, edges, size, root):
             # W (sum_j x_j) = sum_j W x_j, also for the mean (an empty mean is 0 either way); lin_l's
-            # bias joins lin_r's product (lin_r has none)
+            # bias joins the root's product (lin_r has none)
             out = self._aggregate_neighbours(F.linear(x_src, lin_l.weight), x_dst, edges, size)
-            if root:
-                out = out + F.linear(x_dst, self.lin_r.weight, lin_l.bias)
+            if root is not None:
+                out = out + F.linear(x_dst, root if isinstance(root, Tensor) else root.weight, lin_l.bias)
             elif lin_l.bias is not None:
                 out = out + lin_l.bias
         else:
             out = lin_l(self._aggregate_neighbours(x_src, x_dst, edges, size))
-            if root:
-                out = out + self.lin_r(x_dst)
+            if root is not None:
+                out = out + (F.linear(x_dst, root) if isinstance(root, Tensor) else root(x_dst))
         if self.normalize:
             out = F.normalize(out, p=2., dim=-1)
         return out
 
-    def _transform_first(self, x_src: Tensor, x_dst, edges, size: Size, root: bool) -> bool:
+    def _transform_first(self, x_src: Tensor, x_dst, edges, size: Size, root) -> bool:
         """Whether to aggregate ``lin_l``'s products rather than its inputs: a linear aggregation
         (sum, mean) that moves fewer values so (``edge_values``), with no more source rows
         to multiply than target rows, and linear layers whose forward is their weight alone
         (initialised, no hooks)."""
         lin_l = self.lin_l
-        if self._reduce() not in ("sum", "mean") or not plain_linear(lin_l) or (root and not plain_linear(self.lin_r)):
+        if self._reduce() not in ("sum", "mean") or not plain_linear(lin_l) or (
+                isinstance(root, torch.nn.Module) and not plain_linear(root)):
             return False
         products, inputs = edge_values(lin_l.weight, x_src)
         return products < inputs and x_src.size(0) <= _graph.num_nodes(x_src, x_dst, edges.sizes, size)[1]
+
+
+def summed_roots(convs: Sequence[SAGEConv], x_dst: Tensor, parts: Sequence) -> Optional[List[Tensor]]:
+    """The outputs of ``convs``, relations into one target type whose own features ``x_dst`` they
+    share, for a sum over the relations (what ``to_hetero`` and ``HeteroConv`` do with them): the
+    first relation's with the root term of every relation, one product with the summed root
+    weights (``x W_1 + ... + x W_R = x (W_1 + ... + W_R)``, and each ``W_r``'s gradient is the
+    sum's), the others' without theirs; their sum is the relations' sum. HGB DBLP's to_hetero SAGE
+    projects its 14,328 papers' 4,231 features for 3 relations: 79% of the first layer's
+    multiplications. ``parts``: each relation's ``_fused_input``. None where a layer normalises
+    its output, has no root weight, a root layer with more than a weight, or another target."""
+    if len(convs) < 2 or any(not conv.root_weight or conv.normalize or not plain_linear(conv.lin_r)
+                             or conv.lin_r.bias is not None or part[1] is not x_dst for conv, part in zip(convs, parts)):
+        return None
+    weight = functools.reduce(operator.add, [conv.lin_r.weight for conv in convs])
+    return [conv.fused_forward(x_src, x_dst, edges, None, weight if i == 0 else None)
+            for i, (conv, (x_src, _, edges)) in enumerate(zip(convs, parts))]

@@ -146,8 +146,12 @@ def test_convert_to_hetero_groups_the_per_type_linears(conv, grouped_on_cpu):
     stock(x, edges)  # initialises the lazy layers
     fast = pyg_fast.convert(copy.deepcopy(stock))
     relations = [f"{s}__{r}__{d}" for s, r, d in edge_types]
+    into = {}  # the relations into each type, in the order the model calls them
+    for (s, r, d), name in zip(edge_types, relations):
+        into.setdefault(d, []).append(name)
     assert fast.pyg_fast_report.grouped == [("lin", "Linear per type", types)] + (
-        [("conv", "GATConv per relation", relations)] if conv == "gat" else [])
+        [("conv", "GATConv per relation", relations)] if conv == "gat" else
+        [("conv", "SAGEConv per relation", names) for names in into.values()])
     assert len(fast.pyg_fast_report.replaced) == len(edge_types)
     assert list(fast.state_dict()) == list(stock.state_dict())
     with PygFastOps() as mode:
@@ -170,11 +174,13 @@ def test_convert_to_hetero_leaves_fewer_than_four_types_ungrouped():
     assert_same_outputs_and_gradients(stock, fast, x, edges)
 
 
-@pytest.mark.parametrize("num_edge_types,on_cpu", [(4, True), (4, False), (3, True)])
-def test_convert_hetero_conv_model(num_edge_types, on_cpu, monkeypatch):
+@pytest.mark.parametrize("num_edge_types,on_cpu,aggr", [(4, True, "sum"), (4, False, "sum"), (3, True, "sum"),
+                                                          (4, True, "mean"), (3, True, "mean"), (4, True, "max"),
+                                                          (3, True, "max")])
+def test_convert_hetero_conv_model(num_edge_types, on_cpu, aggr, monkeypatch):
     """HeteroConv of SAGE convolutions: with four edge types on a grouping device their linear
-    layers run as segmented matmuls, else each convolution runs as PyG's HeteroConv calls it;
-    both as stock."""
+    layers run as segmented matmuls, else each convolution runs as PyG's HeteroConv calls it; under
+    a sum or mean the relations into one node type ("a") share their root term; all as stock."""
     monkeypatch.setattr(pyg_fast.hetero.HeteroDictLinear, "grouped_features", (1, 1 << 20))
     if on_cpu:
         monkeypatch.setattr(pyg_fast.hetero.HeteroDictLinear, "grouped_devices", ("cpu", "cuda"))
@@ -184,7 +190,7 @@ def test_convert_hetero_conv_model(num_edge_types, on_cpu, monkeypatch):
     class HeteroSAGE(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.conv = pyg_nn.HeteroConv({et: pyg_nn.SAGEConv((-1, -1), 16) for et in edge_types}, aggr="sum")
+            self.conv = pyg_nn.HeteroConv({et: pyg_nn.SAGEConv((-1, -1), 16) for et in edge_types}, aggr=aggr)
             self.lin = torch.nn.ModuleDict({t: pyg_nn.Linear(16, 3) for t in types})
 
         def forward(self, x, edges):
