@@ -23,6 +23,7 @@ def make_layer(kind: str) -> torch.nn.Module:
             "sage": lambda: pyg_nn.SAGEConv(16, 16),
             "sage_max": lambda: pyg_nn.SAGEConv(16, 16, aggr="max"),
             "gat": lambda: pyg_nn.GATConv(16, 4, heads=4),
+            "gat_bipartite": lambda: pyg_nn.GATConv((16, 16), 4, heads=4),  # the target projection folded
             "gat_edge_attr": lambda: pyg_nn.GATConv(16, 4, heads=4, edge_dim=3, fill_value="mean")}[kind]()
 
 
@@ -37,7 +38,8 @@ def run_compiled(fn, inputs_per_graph, dynamic):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("kind", ["gcn", "gcn_no_loops", "gin", "sage", "sage_max", "gat", "gat_edge_attr"])
+@pytest.mark.parametrize("kind", ["gcn", "gcn_no_loops", "gin", "sage", "sage_max", "gat", "gat_bipartite",
+                                  "gat_edge_attr"])
 @pytest.mark.parametrize("dynamic", [True, None])
 def test_layer_compiles_without_breaks_and_matches_pyg(device, kind, dynamic, route):
     torch.manual_seed(0)

@@ -6,6 +6,7 @@ import copy
 import pytest
 import torch
 import torch_geometric.nn as pyg_nn
+from torch._dynamo.utils import counters
 
 import pyg_fast
 from pyg_fast.testing import DEVICES, PygFastOps
@@ -64,3 +65,14 @@ def test_hooks_take_each_layer_as_pyg_does(device):
         conv.register_message_forward_hook(lambda module, inputs, output: seen.append(output.shape))
     assert_same_outputs_and_gradients(stock, fast, x, edges)
     assert len(seen) == len(RELATIONS)
+
+
+def test_grouped_model_compiles_without_breaks():
+    stock, fast, x, edges = models(lambda: pyg_nn.SAGEConv((-1, -1), 6))
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(fast, fullgraph=True)
+    got, want = compiled(x, edges), stock(x, edges)
+    assert sum(counters["graph_break"].values()) == 0
+    for t in want:
+        torch.testing.assert_close(got[t], want[t], rtol=1e-5, atol=1e-5)
