@@ -1,7 +1,5 @@
 """Drop-in HeteroConv: the root terms of its SAGE convolutions summed per node type, their
 linear layers as segmented matmuls."""
-import functools
-import operator
 from typing import Dict, List, Optional
 
 import torch
@@ -13,7 +11,7 @@ from torch_geometric.nn.conv.hetero_conv import group
 
 from pyg_fast._dropin import DropIn
 from pyg_fast.hetero.linear import HeteroDictLinear, grouped_linear
-from pyg_fast.nn.sage_conv import summed_roots
+from pyg_fast.nn.sage_conv import root_sum, summed_roots
 
 
 class HeteroConv(DropIn, pyg_nn.HeteroConv):
@@ -49,16 +47,19 @@ class HeteroConv(DropIn, pyg_nn.HeteroConv):
             for i, (dst, _, _) in enumerate(parts):
                 by_dst.setdefault(dst, []).append(i)
             for dst, members in by_dst.items():
-                x_dst = parts[members[0]][2][1]
+                convs_in, parts_in = [parts[i][1] for i in members], [parts[i][2] for i in members]
+                x_dst = parts_in[0][1]
                 if grouped:
-                    root = functools.reduce(operator.add, [parts[i][1].lin_r.weight for i in members])
                     outs = [neighbours[i] for i in members]
-                    outs[0] = outs[0] + F.linear(x_dst, root)
+                    weight = root_sum(convs_in)
+                    if weight is None:
+                        outs = [out + conv.lin_r(x_dst) for out, conv in zip(outs, convs_in)]
+                    else:
+                        outs[0] = outs[0] + F.linear(x_dst, weight)
                 else:
-                    convs = [parts[i][1] for i in members]
-                    outs = summed_roots(convs, x_dst, [parts[i][2] for i in members]) or [
+                    outs = summed_roots(convs_in, x_dst, parts_in) or [
                         conv.fused_forward(x_src, x_dst, edges, None, conv.lin_r if conv.root_weight else None)
-                        for conv, (x_src, x_dst, edges) in zip(convs, [parts[i][2] for i in members])]
+                        for conv, (x_src, x_dst, edges) in zip(convs_in, parts_in)]
                 out_dict[dst] = outs
         else:
             roots = grouped_linear([conv.lin_r for conv in convs], [x_dst for _, _, (_, x_dst, _) in parts])

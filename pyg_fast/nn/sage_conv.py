@@ -77,18 +77,31 @@ class SAGEConv(FusedLayer, pyg_nn.SAGEConv):
         return products < inputs and x_src.size(0) <= _graph.num_nodes(x_src, x_dst, edges.sizes, size)[1]
 
 
+
+def root_sum(convs: Sequence[SAGEConv]) -> Optional[Tensor]:
+    """``W_1 + ... + W_R``, the root weights of ``convs`` summed, where one product of the targets'
+    features with it may stand for their root terms: each layer with a root weight, a root layer
+    that is its weight alone (``plain_linear``, no bias) and an output it does not normalise; else
+    None."""
+    if any(not conv.root_weight or conv.normalize or not plain_linear(conv.lin_r) or conv.lin_r.bias is not None
+           for conv in convs):
+        return None
+    return functools.reduce(operator.add, [conv.lin_r.weight for conv in convs])
+
+
 def summed_roots(convs: Sequence[SAGEConv], x_dst: Tensor, parts: Sequence) -> Optional[List[Tensor]]:
     """The outputs of ``convs``, relations into one target type whose own features ``x_dst`` they
     share, for a sum over the relations (what ``to_hetero`` and ``HeteroConv`` do with them): the
-    first relation's with the root term of every relation, one product with the summed root
-    weights (``x W_1 + ... + x W_R = x (W_1 + ... + W_R)``, and each ``W_r``'s gradient is the
-    sum's), the others' without theirs; their sum is the relations' sum. HGB DBLP's to_hetero SAGE
-    projects its 14,328 papers' 4,231 features for 3 relations: 79% of the first layer's
-    multiplications. ``parts``: each relation's ``_fused_input``. None where a layer normalises
-    its output, has no root weight, a root layer with more than a weight, or another target."""
-    if len(convs) < 2 or any(not conv.root_weight or conv.normalize or not plain_linear(conv.lin_r)
-                             or conv.lin_r.bias is not None or part[1] is not x_dst for conv, part in zip(convs, parts)):
+    first relation's with the root term of every relation, one product with their summed root
+    weights (:func:`root_sum`: ``x W_1 + ... + x W_R = x (W_1 + ... + W_R)``, and each ``W_r``'s
+    gradient is the sum's), the others' without theirs; their sum is the relations' sum. HGB
+    DBLP's to_hetero SAGE projects its 14,328 papers' 4,231 features for 3 relations: 79% of the
+    first layer's multiplications. ``parts``: each relation's ``_fused_input``. None for fewer
+    than two relations, another target, or where :func:`root_sum` says no."""
+    if len(convs) < 2 or any(part[1] is not x_dst for part in parts):
         return None
-    weight = functools.reduce(operator.add, [conv.lin_r.weight for conv in convs])
+    weight = root_sum(convs)
+    if weight is None:
+        return None
     return [conv.fused_forward(x_src, x_dst, edges, None, weight if i == 0 else None)
             for i, (conv, (x_src, _, edges)) in enumerate(zip(convs, parts))]
