@@ -13,7 +13,7 @@ from pyg_fast.hetero.linear import grouped_linear
 from pyg_fast.hetero.tensor_slice import host_ptr
 from pyg_fast.hetero.typed_calls import features, finish, group, keys_of, order_problem, typed_calls
 from pyg_fast.nn import _graph
-from pyg_fast.nn.gat_conv import GATConv, dst_scores, foldable, softmax_sum
+from pyg_fast.nn.gat_conv import GATConv, folded_scores, foldable, softmax_sum
 from pyg_fast.ops import _layout
 from pyg_fast.ops._kernels import run
 from pyg_fast.ops.segment_matmul import segment_matmul
@@ -38,6 +38,17 @@ def grouped_gat(convs: Sequence[GATConv], pairs: Sequence[bool], x_src: Sequence
             or len({(x.dtype, x.device, x.dim()) for x in list(x_src) + list(x_dst)}) != 1):
         return [conv((xs, xd) if pair else xs, e)
                 for conv, pair, xs, xd, e in zip(convs, pairs, x_src, x_dst, edge_index)]
+    alone = [conv._projects_after(conv.lin_src, xs, xd, _graph.unpack(e, conv.flow), None)
+             for conv, xs, xd, e in zip(convs, x_src, x_dst, edge_index)]
+    if any(alone):  # their sum of the sources' own features is as wide as those: each on its own
+        rest = [i for i, a in enumerate(alone) if not a]
+        outs = [conv((xs, xd) if pair else xs, e) if a else None
+                for conv, pair, xs, xd, e, a in zip(convs, pairs, x_src, x_dst, edge_index, alone)]
+        if rest:
+            for i, out in zip(rest, grouped_gat(*([seq[i] for i in rest]
+                                                  for seq in (convs, pairs, x_src, x_dst, edge_index)))):
+                outs[i] = out
+        return outs
     H, C = first.heads, first.out_channels
     h_src = grouped_linear([conv.lin_src for conv in convs], list(x_src))
     num_src, num_dst = [h.size(0) for h in h_src], [x.size(0) for x in x_dst]
@@ -73,7 +84,7 @@ def _scores(h: Tensor, sizes: List[int], att: List[Tensor], H: int, C: int) -> T
 
 def _dst_scores(convs: Sequence[GATConv], x_dst: Sequence[Tensor], num_dst: List[int], H: int, C: int) -> Tensor:
     """The relations' target scores, each relation's projection folded into its attention vector
-    as :func:`pyg_fast.nn.gat_conv.dst_scores` does: one segmented matmul into ``H`` columns where
+    as :func:`pyg_fast.nn.gat_conv.folded_scores` does: one segmented matmul into ``H`` columns where
     the targets share their feature size, one product each where they do not; the projections
     themselves where :func:`~pyg_fast.nn.gat_conv.foldable` says not, or a layer's has a bias."""
     lins = [conv.lin_dst for conv in convs]
@@ -81,7 +92,7 @@ def _dst_scores(convs: Sequence[GATConv], x_dst: Sequence[Tensor], num_dst: List
     if not all(foldable(lin, x) and lin.bias is None for lin, x in zip(lins, x_dst)):
         return _scores(torch.cat(grouped_linear(lins, list(x_dst))), num_dst, att, H, C)
     if len({x.size(1) for x in x_dst}) != 1:
-        return torch.cat([dst_scores(lin, a, x) for lin, a, x in zip(lins, att, x_dst)])
+        return torch.cat([folded_scores(lin, a, x) for lin, a, x in zip(lins, att, x_dst)])
     weight = torch.stack([lin.weight for lin in lins]).view(len(lins), H, C, -1)
     folded = (weight * torch.stack(att).view(len(lins), H, C, 1)).sum(2).transpose(1, 2)  # [R, in, H]
     return segment_matmul(torch.cat(list(x_dst)), host_ptr(tuple(num_dst)), folded)

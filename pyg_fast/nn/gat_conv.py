@@ -1,4 +1,5 @@
 import functools
+import math
 from typing import Optional, Tuple, Union
 
 import torch
@@ -9,6 +10,7 @@ from torch_geometric import EdgeIndex
 from torch_geometric.typing import Adj, OptTensor, Size
 from torch_geometric.utils import add_self_loops, remove_self_loops
 
+from pyg_fast import tuning
 from pyg_fast.nn import _graph
 from pyg_fast.nn._fused import FusedLayer, plain_linear, promoted
 from pyg_fast.ops import _layout
@@ -35,24 +37,25 @@ def softmax_sum(alpha: Tensor, h_src: Tensor, src: Tensor, ptr: Tensor, dropout:
     return reduce_csr(promoted(h_src, alpha.dtype), src, ptr, alpha, "sum"), alpha
 
 
-def foldable(lin_dst: torch.nn.Module, x_dst: Optional[Tensor]) -> bool:
-    """Whether :func:`dst_scores` may stand for ``lin_dst``'s projection of ``x_dst``: a plain
-    linear layer (``plain_linear``), outside autocast, where PyG's half projection rounds each value
-    before the scores read it (the folded product differs from it by the half type's rounding)."""
-    return x_dst is not None and plain_linear(lin_dst) and not torch.is_autocast_enabled(x_dst.device.type)
+def foldable(lin: torch.nn.Module, x: Optional[Tensor]) -> bool:
+    """Whether :func:`folded_scores` may stand for ``lin``'s projection of ``x`` in the scores: a
+    plain linear layer (``plain_linear``), outside autocast, where PyG's half projection rounds each
+    value before the scores read it (the folded product differs from it by the half type's
+    rounding)."""
+    return x is not None and plain_linear(lin) and not torch.is_autocast_enabled(x.device.type)
 
 
-def dst_scores(lin_dst: torch.nn.Module, att_dst: Tensor, x_dst: Tensor) -> Tensor:
-    """The targets' attention scores ``((lin_dst(x_dst)).view(-1, H, C) * att_dst).sum(-1)`` [N, H]
-    as one product of ``x_dst`` with the weight folded into ``att_dst`` [1, H, C] ([H, in]): the
-    projection, read by the scores alone, costs ``N x in x H`` multiplications instead of
-    ``N x in x H x C`` (HGB DBLP's to_hetero GAT: 3 of its 6 first-layer relations project 4,231
-    paper features into 64)."""
-    H, C = att_dst.shape[-2:]
-    att = att_dst.reshape(H, C, 1)
-    weight = (lin_dst.weight.view(H, C, -1) * att).sum(1)
-    bias = None if lin_dst.bias is None else (lin_dst.bias.view(H, C, 1) * att).sum((1, 2))
-    return F.linear(x_dst, weight, bias)
+def folded_scores(lin: torch.nn.Module, att: Tensor, x: Tensor) -> Tensor:
+    """Attention scores ``(lin(x).view(-1, H, C) * att).sum(-1)`` [N, H] as one product of ``x``
+    with the weight folded into ``att`` [1, H, C] ([H, in]): where nothing else reads the
+    projection (the targets', or the sources' that :meth:`GATConv._projects_after` sums first) it
+    costs ``N x in x H`` multiplications instead of ``N x in x H x C`` (HGB DBLP's to_hetero GAT: 3
+    of its 6 first-layer relations project 4,231 paper features into 64)."""
+    H, C = att.shape[-2:]
+    att = att.reshape(H, C, 1)
+    weight = (lin.weight.view(H, C, -1) * att).sum(1)
+    bias = None if lin.bias is None else (lin.bias.view(H, C, 1) * att).sum((1, 2))
+    return F.linear(x, weight, bias)
 
 
 class GATConv(FusedLayer, pyg_nn.GATConv):
@@ -97,16 +100,22 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
         res = res_layer(x_dst) if res_layer is not None and x_dst is not None else None
         # Projections stay [N, H * C]: the aggregation takes them as they are, [N, H, C] views
         # only for the scores.
+        alpha_src = project_after = None
         if lin is not None and isinstance(x, Tensor):
             h_src = h_dst = lin(x)
             alpha_dst = None
         else:
             lin_src, lin_dst = (lin, lin) if lin is not None else (self.lin_src, self.lin_dst)
-            h_src = lin_src(x_src)
             # the targets' projection serves their scores alone: folded into them where it may be
-            alpha_dst = dst_scores(lin_dst, self.att_dst, x_dst) if foldable(lin_dst, x_dst) else None
+            alpha_dst = folded_scores(lin_dst, self.att_dst, x_dst) if foldable(lin_dst, x_dst) else None
             h_dst = x_dst if alpha_dst is not None else lin_dst(x_dst) if x_dst is not None else None
-        alpha_src = (h_src.view(-1, H, C) * self.att_src).sum(dim=-1)
+            if self._projects_after(lin_src, x_src, x_dst, edges, size):
+                project_after = lin_src.weight
+                h_src, alpha_src = x_src, folded_scores(lin_src, self.att_src, x_src)
+            else:
+                h_src = lin_src(x_src)
+        if alpha_src is None:
+            alpha_src = (h_src.view(-1, H, C) * self.att_src).sum(dim=-1)
         if alpha_dst is None and h_dst is not None:
             alpha_dst = (h_dst.view(-1, H, C) * self.att_dst).sum(-1)
 
@@ -130,13 +139,15 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
         num_src, num_dst = _graph.num_nodes(h_src, h_dst, edges.sizes, size)
         if (alpha_dst is not None and not return_attention_weights and (is_loop is not None or not self.add_self_loops)
                 and _layout.eager(edge_index)
-                and coo_route(edge_index, ("gat", num_src, num_dst, self.flow), edge_index.size(1) * H * C)):
+                and coo_route(edge_index, ("gat", num_src, num_dst, self.flow), edge_index.size(1) * h_src.size(1))):
             out = self._propagate_coo(h_src, alpha_src, alpha_dst, edge_index, edge_attr, is_loop, num_dst)
         else:
             out = self._propagate_grouped(h_src, alpha_src, alpha_dst, edge_index, edge_attr, is_loop, loops_of,
                                           num_loops, num_src, num_dst, sorted_by_destination, return_attention_weights)
             if return_attention_weights:
                 out, alpha = out
+        if project_after is not None:
+            out = F.linear(out, project_after)
         if not self.concat:
             out = out.view(-1, H, C).mean(dim=1)
         if res is not None:
@@ -147,6 +158,20 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
         if return_attention_weights:  # as PyG's: False returns the output alone
             return out, (edge_index, alpha)
         return out
+
+    def _projects_after(self, lin_src: torch.nn.Module, x_src: Tensor, x_dst: Optional[Tensor], edges, size) -> bool:
+        """Whether to sum the sources' own features under the attention and project the sums,
+        ``W (sum_j alpha_ij x_j)``, rather than sum their projections: for one head, a plain
+        bias-free projection (:func:`foldable`; dropped attention sums to less than 1, which a
+        bias would see), eager, where that costs less at ``tuning.GATHER_COST`` multiply-adds a
+        gathered value (a wide source type into few targets: HGB DBLP's papers into venues)."""
+        if self.heads != 1 or lin_src.bias is not None or not foldable(lin_src, x_src) or not _layout.eager(x_src):
+            return False
+        num_src, num_dst = _graph.num_nodes(x_src, x_dst, edges.sizes, size)
+        num_edges = edges.edge_index.size(1) + (min(num_src, num_dst) if self.add_self_loops else 0)
+        width, out = x_src.size(1), self.out_channels
+        k = tuning.GATHER_COST.get(x_src.device.type, math.inf)
+        return k * num_edges * width + (num_dst + 1) * width * out < num_src * width * out + k * num_edges * out
 
     def _propagate_coo(self, h_src: Tensor, alpha_src: Tensor, alpha_dst: Tensor, edge_index: Tensor,
                        edge_attr: OptTensor, is_loop: Optional[Tensor], num_dst: int) -> Tensor:
@@ -162,7 +187,7 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
             src, dst = _layout.cached(edge_index, ("coo_looped", is_loop.numel(), self.flow),
                                       functools.partial(_looped, src, dst, is_loop.numel() - src.numel()))
         if src.numel() == 0:
-            return alpha_src.new_zeros(num_dst, H * C)
+            return alpha_src.new_zeros(num_dst, h_src.size(1))
         alpha = run(torch.ops.pyg_fast.sddmm, alpha_src.unsqueeze(-1), alpha_dst.unsqueeze(-1), src, dst,
                     "add").squeeze(-1)
         if edge_attr is not None and self.lin_edge is not None:
@@ -206,7 +231,7 @@ class GATConv(FusedLayer, pyg_nn.GATConv):
                                           torch.finfo(alpha.dtype).min)
             out, alpha = softmax_sum(alpha, h_src, graph.src, graph.ptr, self.dropout, self.training)
         else:  # no edges (and maybe no nodes): nothing to aggregate
-            out = alpha_src.new_zeros(num_dst, H * C)
+            out = alpha_src.new_zeros(num_dst, h_src.size(1))
         if return_attention_weights:
             return out, _graph.in_input_order(alpha, graph)
         return out

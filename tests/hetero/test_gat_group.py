@@ -75,6 +75,26 @@ def test_attention_over_types_of_different_widths(device, grouped, monkeypatch):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_a_wide_source_into_few_targets_runs_apart(device):
+    """"a" has 64 features and sends 30 edges into the 4 nodes of "z": that relation sums the
+    sources' own features and projects the sums, on its own; the others run as one."""
+    types, relations = ["a", "b", "z"], [("a", "to", "z"), ("b", "to", "a"), ("a", "to", "b"), ("z", "to", "b")]
+    torch.manual_seed(0)
+    stock = pyg_nn.to_hetero(TwoLayers(lambda: pyg_nn.GATConv((-1, -1), 16, add_self_loops=False)),
+                             (types, relations), aggr="sum").to(device)
+    sizes, widths = {"a": 30, "b": 12, "z": 4}, {"a": 64, "b": 8, "z": 8}
+    x = {t: torch.randn(sizes[t], widths[t], device=device) for t in types}
+    edges = {(s, r, d): torch.stack([torch.randint(0, sizes[s], (30,)), torch.randint(0, sizes[d], (30,))]).to(device)
+             for s, r, d in relations}
+    stock(x, edges)
+    fast = pyg_fast.convert(copy.deepcopy(stock))
+    conv = fast.conv1["a__to__z"]
+    assert conv._projects_after(conv.lin_src, x["a"], x["z"], pyg_fast.nn._graph.unpack(edges[("a", "to", "z")],
+                                                                                         "source_to_target"), None)
+    assert_same_outputs_and_gradients(stock, fast, x, edges)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_grouped_attention_with_a_relation_without_edges(device):
     stock, fast, x, edges = models(lambda: pyg_nn.GATConv((-1, -1), 4, heads=2, add_self_loops=False), device)
     edges[("c", "to", "a")] = edges[("c", "to", "a")][:, :0]

@@ -5,6 +5,7 @@ from torch_geometric import EdgeIndex
 
 import pyg_fast
 import pyg_fast.nn as fast_nn
+from pyg_fast.nn import _graph
 from pyg_fast.testing import DEVICES, PygFastOps
 from tests.nn._helpers import compare, random_graph
 
@@ -54,6 +55,23 @@ def test_bipartite(device, route):
     compare(ref, fast, ((x1, x2), ei), (x1, x2), expect_ops=COO_OPS if route == "coo" else OPS)
     ref, fast = pair(device, in_channels=(16, 8), heads=2, add_self_loops=False)
     compare(ref, fast, ((x1, None), ei, None, (30, 12)), (x1,), expect_ops={"edge_softmax"})
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("options", [{}, {"add_self_loops": False}, {"concat": False}, {"bias": False}])
+def test_wide_sources_into_few_targets_project_their_sums(device, options, route):
+    """One head, 64 source features into 16 channels, 4 targets: the layer sums the sources' own
+    features under the attention and projects the sums (fewer multiply-adds), as PyG's numbers."""
+    ref, fast = pair(device, in_channels=(64, 8), out_channels=16, **options)
+    ei = random_graph(30, 30, device, num_dst=4)
+    x1 = torch.randn(30, 64, device=device, requires_grad=True)
+    x2 = torch.randn(4, 8, device=device, requires_grad=True)
+    assert fast._projects_after(fast.lin_src, x1, x2, _graph.unpack(ei, fast.flow), None)
+    compare(ref, fast, ((x1, x2), ei), (x1, x2), rtol=1e-4, atol=1e-5)
+    out, (ei_ref, alpha_ref) = ref((x1, x2), ei, return_attention_weights=True)
+    got, (ei_got, alpha_got) = fast((x1, x2), ei, return_attention_weights=True)
+    torch.testing.assert_close(got, out, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(alpha_got, alpha_ref, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("device", DEVICES)
