@@ -27,9 +27,13 @@ def models(make, device="cpu", aggr="sum", widths=(8, 8, 8)):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("aggr,widths", [("mean", (8, 8, 8)), ("sum", (3, 8, 17)), ("mean", (5, 5, 1))])
-def test_summed_roots_as_stock(device, aggr, widths):
-    stock, fast, x, edges = models(lambda: pyg_nn.SAGEConv((-1, -1), 6, aggr=aggr), device, widths=widths)
+@pytest.mark.parametrize("aggr,widths,over_relations", [("mean", (8, 8, 8), "sum"), ("sum", (3, 8, 17), "sum"),
+                                                        ("mean", (5, 5, 1), "sum"), ("sum", (8, 8, 8), "mean")])
+def test_summed_roots_as_stock(device, aggr, widths, over_relations):
+    """``aggr``: each layer's over its neighbours; ``over_relations``: to_hetero's over the
+    relations into a type (a mean divides their sum)."""
+    stock, fast, x, edges = models(lambda: pyg_nn.SAGEConv((-1, -1), 6, aggr=aggr), device, over_relations,
+                                   widths)
     assert [(name, kind, rels) for name, kind, rels in fast.pyg_fast_report.grouped] == [
         ("conv1", "SAGEConv per relation", INTO_A), ("conv2", "SAGEConv per relation", INTO_A)]
     assert list(fast.state_dict()) == list(stock.state_dict())
