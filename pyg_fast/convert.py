@@ -24,7 +24,8 @@ def registry() -> Dict[type, type]:
 
 
 _GROUPED = {"Linear per type": "grouped into one segmented matmul on CUDA",
-            "GATConv per relation": "run as one attention over the relations",
+            "GATConv per relation": "one attention over the relations where gat_group.GROUPED_DEVICES lists the "
+                                    "device (none by default)",
             "SAGEConv per relation": "one product of the target features with the summed root weights"}
 
 
@@ -59,7 +60,8 @@ def convert(model: torch.nn.Module, filter_fn: Optional[Callable[[torch.nn.Modul
     Only exact PyG classes are replaced (a user subclass may override methods the fast path
     skips). In a traced model (``torch_geometric.nn.to_hetero``'s), the per-type linear layers
     that a ModuleDict holds are run as one segmented matmul where there are at least four of the
-    same shape, its GAT layers as one attention over the relations on CUDA, and the SAGE layers of
+    same shape, its GAT layers as one attention over the relations where
+    ``pyg_fast.hetero.gat_group.GROUPED_DEVICES`` says so, and the SAGE layers of
     the relations into one node type with one product of its features by their summed root
     weights, the layers and state dict unchanged. ``filter_fn(module, name)`` may exclude modules.
     What was replaced and what was left,

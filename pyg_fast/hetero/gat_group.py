@@ -18,10 +18,13 @@ from pyg_fast.ops import _layout
 from pyg_fast.ops._kernels import run
 from pyg_fast.ops.segment_matmul import segment_matmul
 
-# Where the relations run as one. On the CPU one call per relation was faster: HGB ACM's 2-layer
-# to_hetero GAT training step took 260-263 ms grouped against 231 ms (2 cores; 1,889 against
-# 2,226 top-level ops a step), the combined gathers spanning every relation's rows out of L2.
-GROUPED_DEVICES = ("cuda",)
+# Where the relations run as one (device types). On the CPU one call per relation was faster: HGB
+# ACM's 2-layer to_hetero GAT training step took 260-263 ms grouped against 231 ms (2 cores; 1,889
+# against 2,226 top-level ops a step), the combined gathers spanning every relation's rows out of
+# L2. Nowhere by default: its first run on a GPU (H100) raised where the SDDMM took the combined
+# graph's int32 sources beside int64 targets (fixed since, not yet run on a GPU again), and it has
+# not been timed there.
+GROUPED_DEVICES: Tuple[str, ...] = ()
 # What must agree between the relations' layers for one call to serve them all (checked when the
 # model is converted; the training flag, which a user may set per layer, at every call).
 _SHARED = ("heads", "out_channels", "concat", "negative_slope", "dropout", "flow")
@@ -52,12 +55,12 @@ def grouped_gat(convs: Sequence[GATConv], pairs: Sequence[bool], x_src: Sequence
     H, C = first.heads, first.out_channels
     h_src = grouped_linear([conv.lin_src for conv in convs], list(x_src))
     num_src, num_dst = [h.size(0) for h in h_src], [x.size(0) for x in x_dst]
-    graph, dst = _combined(edge_index, num_src, num_dst, first.flow)
+    graph, dst, src = _combined(edge_index, num_src, num_dst, first.flow)
     h_src = torch.cat(h_src)
     alpha_src = _scores(h_src, num_src, [conv.att_src for conv in convs], H, C)
     alpha_dst = _dst_scores(convs, x_dst, num_dst, H, C)
     if graph.src.numel() > 0:
-        alpha = run(torch.ops.pyg_fast.sddmm, alpha_src.unsqueeze(-1), alpha_dst.unsqueeze(-1), graph.src, dst,
+        alpha = run(torch.ops.pyg_fast.sddmm, alpha_src.unsqueeze(-1), alpha_dst.unsqueeze(-1), src, dst,
                     "add").squeeze(-1)
         out = softmax_sum(F.leaky_relu(alpha, first.negative_slope), h_src, graph.src, graph.ptr, first.dropout,
                           first.training)[0]
@@ -99,11 +102,12 @@ def _dst_scores(convs: Sequence[GATConv], x_dst: Sequence[Tensor], num_dst: List
 
 
 def _combined(edge_index: Sequence[Tensor], num_src: List[int], num_dst: List[int],
-              flow: str) -> Tuple[_graph.Graph, Tensor]:
+              flow: str) -> Tuple[_graph.Graph, Tensor, Tensor]:
     """The relations' edges grouped by destination as one graph (cached with their edge indices):
     relation r's sources and destinations offset by the rows of the relations before it, each
     relation's edges validated against its own sizes; a source out of its relation's range points
-    past every row, where no kernel reads. With the destination of every edge in that order."""
+    past every row, where no kernel reads. With the destination of every edge in that order and
+    the sources as int64 (the graph's are int32 on CUDA)."""
     def compute():
         parts = [_graph.by_destination(e, ns, nd, flow) for e, ns, nd in zip(edge_index, num_src, num_dst)]
         total = sum(num_src)
@@ -117,7 +121,8 @@ def _combined(edge_index: Sequence[Tensor], num_src: List[int], num_dst: List[in
             src_at, edge_at = src_at + ns, edge_at + part.src.numel()
         ptr.append(parts[-1].ptr[-1:] + (edge_at - parts[-1].src.numel()))
         graph = _graph.Graph(torch.cat(src), torch.cat(ptr), None)
-        return graph, _layout.ptr_to_index(graph.ptr, edge_at)
+        # the SDDMM (and its backward's scatters) take both ends as int64; the SpMM the narrow sources
+        return graph, _layout.ptr_to_index(graph.ptr, edge_at), graph.src.long()
     return _layout.cached_with_all(edge_index[0], edge_index[1:], ("gat_group", tuple(num_src), tuple(num_dst), flow),
                                    compute)
 

@@ -16,7 +16,7 @@ TYPES = ["a", "b", "c"]
 
 @pytest.fixture(autouse=True)
 def grouped_on_cpu(monkeypatch):
-    """The grouped path on the CPU too (by default CUDA's alone: see GROUPED_DEVICES)."""
+    """The grouped path on every device (by default on none: see GROUPED_DEVICES)."""
     monkeypatch.setattr(pyg_fast.hetero.gat_group, "GROUPED_DEVICES", ("cpu", "cuda"))
 RELATIONS = [("a", "to", "b"), ("b", "to", "a"), ("a", "self", "a"), ("c", "to", "a"), ("b", "to", "c")]
 
@@ -76,15 +76,15 @@ def test_attention_over_types_of_different_widths(device, grouped, monkeypatch):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_wide_source_into_few_targets_runs_apart(device):
-    """"a" has 64 features and sends 30 edges into the 4 nodes of "z": that relation sums the
-    sources' own features and projects the sums, on its own; the others run as one."""
+    """"a" has 64 nodes of 64 features and sends 16 edges into the 4 nodes of "z": that relation
+    sums the sources' own features and projects the sums, on its own; the others run as one."""
     types, relations = ["a", "b", "z"], [("a", "to", "z"), ("b", "to", "a"), ("a", "to", "b"), ("z", "to", "b")]
     torch.manual_seed(0)
-    stock = pyg_nn.to_hetero(TwoLayers(lambda: pyg_nn.GATConv((-1, -1), 16, add_self_loops=False)),
+    stock = pyg_nn.to_hetero(TwoLayers(lambda: pyg_nn.GATConv((-1, -1), 32, add_self_loops=False)),
                              (types, relations), aggr="sum").to(device)
-    sizes, widths = {"a": 30, "b": 12, "z": 4}, {"a": 64, "b": 8, "z": 8}
+    sizes, widths = {"a": 64, "b": 12, "z": 4}, {"a": 64, "b": 8, "z": 8}
     x = {t: torch.randn(sizes[t], widths[t], device=device) for t in types}
-    edges = {(s, r, d): torch.stack([torch.randint(0, sizes[s], (30,)), torch.randint(0, sizes[d], (30,))]).to(device)
+    edges = {(s, r, d): torch.stack([torch.randint(0, sizes[s], (16,)), torch.randint(0, sizes[d], (16,))]).to(device)
              for s, r, d in relations}
     stock(x, edges)
     fast = pyg_fast.convert(copy.deepcopy(stock))
