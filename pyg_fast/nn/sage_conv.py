@@ -77,7 +77,6 @@ class SAGEConv(FusedLayer, pyg_nn.SAGEConv):
         return products < inputs and x_src.size(0) <= _graph.num_nodes(x_src, x_dst, edges.sizes, size)[1]
 
 
-
 def root_sum(convs: Sequence[SAGEConv]) -> Optional[Tensor]:
     """``W_1 + ... + W_R``, the root weights of ``convs`` summed, where one product of the targets'
     features with it may stand for their root terms: each layer with a root weight, a root layer
