@@ -13,7 +13,7 @@ from pyg_fast.hetero.linear import grouped_linear
 from pyg_fast.hetero.tensor_slice import host_ptr
 from pyg_fast.hetero.typed_calls import features, finish, group, keys_of, order_problem, typed_calls
 from pyg_fast.nn import _graph
-from pyg_fast.nn.gat_conv import GATConv, folded_scores, foldable, softmax_sum
+from pyg_fast.nn.gat_conv import GATConv, folded_scores, folded_weight, foldable, softmax_sum
 from pyg_fast.ops import _layout
 from pyg_fast.ops._kernels import run
 from pyg_fast.ops.segment_matmul import segment_matmul
@@ -96,8 +96,7 @@ def _dst_scores(convs: Sequence[GATConv], x_dst: Sequence[Tensor], num_dst: List
         return _scores(torch.cat(grouped_linear(lins, list(x_dst))), num_dst, att, H, C)
     if len({x.size(1) for x in x_dst}) != 1:
         return torch.cat([folded_scores(lin, a, x) for lin, a, x in zip(lins, att, x_dst)])
-    weight = torch.stack([lin.weight for lin in lins]).view(len(lins), H, C, -1)
-    folded = (weight * torch.stack(att).view(len(lins), H, C, 1)).sum(2).transpose(1, 2)  # [R, in, H]
+    folded = torch.stack([folded_weight(lin, a)[0] for lin, a in zip(lins, att)]).transpose(1, 2)  # [R, in, H]
     return segment_matmul(torch.cat(list(x_dst)), host_ptr(tuple(num_dst)), folded)
 
 

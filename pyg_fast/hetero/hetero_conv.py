@@ -30,9 +30,10 @@ class HeteroConv(DropIn, pyg_nn.HeteroConv):
     """
 
     def forward(self, *args_dict, **kwargs_dict) -> Dict[str, Tensor]:
-        parts = None if kwargs_dict or len(args_dict) != 2 or torch.jit.is_scripting() else self._sage_parts(
-            *args_dict)
         summed = self.aggr in ("sum", "mean")
+        # the edge types' inputs, prepared only where one of the paths below may take them
+        parts = None if kwargs_dict or len(args_dict) != 2 or torch.jit.is_scripting() or not (
+            summed or len(self.convs) >= HeteroDictLinear.min_types) else self._sage_parts(*args_dict)
         grouped = parts is not None and self._grouped([conv for _, conv, _ in parts])
         if parts is None or not (summed or grouped):
             return super().forward(*args_dict, **kwargs_dict)

@@ -51,11 +51,16 @@ def folded_scores(lin: torch.nn.Module, att: Tensor, x: Tensor) -> Tensor:
     projection (the targets', or the sources' that :meth:`GATConv._projects_after` sums first) it
     costs ``N x in x H`` multiplications instead of ``N x in x H x C`` (HGB DBLP's to_hetero GAT: 3
     of its 6 first-layer relations project 4,231 paper features into 64)."""
+    return F.linear(x, *folded_weight(lin, att))
+
+
+def folded_weight(lin: torch.nn.Module, att: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
+    """(``lin.weight`` [H * C, in] folded into ``att`` [1, H, C]: [H, in]; its bias so: [H] or
+    None), what :func:`folded_scores` multiplies by."""
     H, C = att.shape[-2:]
     att = att.reshape(H, C, 1)
-    weight = (lin.weight.view(H, C, -1) * att).sum(1)
     bias = None if lin.bias is None else (lin.bias.view(H, C, 1) * att).sum((1, 2))
-    return F.linear(x, weight, bias)
+    return (lin.weight.view(H, C, -1) * att).sum(1), bias
 
 
 class GATConv(FusedLayer, pyg_nn.GATConv):
