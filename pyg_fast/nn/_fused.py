@@ -1,4 +1,5 @@
 """What the fused layers share: when to leave a call to PyG."""
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -8,8 +9,10 @@ from torch.nn.modules import module as torch_module
 from torch.nn.parameter import UninitializedParameter
 from torch_geometric.nn.aggr import MaxAggregation, MeanAggregation, MinAggregation, SumAggregation
 
+from pyg_fast import tuning
 from pyg_fast._dropin import DropIn
 from pyg_fast.nn import _graph
+from pyg_fast.ops import _layout
 from pyg_fast.ops._kernels import COO_REDUCES, coo_route, gather_scatter, reduce_csr, weight_as
 
 # MessagePassing's hook registries; a registered hook needs PyG's unfused path to see messages.
@@ -56,6 +59,28 @@ def edge_values(weight: Tensor, x: Tensor) -> Tuple[int, int]:
     products = out_channels * (2 if grad and (weight.requires_grad or x.requires_grad) else 1)
     inputs = in_channels * (2 if grad and x.requires_grad else 1)
     return products, inputs
+
+
+def products_first(weight: Tensor, x: Tensor, num_src: int, num_dst: int, num_edges: int) -> bool:
+    """Whether a linear aggregation of ``num_edges`` edges from ``num_src`` rows of ``x`` into
+    ``num_dst`` targets costs less as the aggregation of ``weight``'s products of the rows than as
+    ``weight``'s product of the aggregated rows: the products move fewer values over the edges
+    (``edge_values``) and there are no more source rows to multiply than target rows, or, with
+    more (eager: the sizes are read), the values saved on the edges outweigh the extra rows'
+    products at ``tuning.GATHER_COST`` multiply-adds a gathered value, forward and backward: HGB
+    DBLP's 14,328 papers' 4,231 features into 7,723 terms over 85,810 edges, into 64 outputs
+    (the papers into 4,057 authors over 19,645 edges stay inputs first)."""
+    products, inputs = edge_values(weight, x)
+    if products >= inputs:
+        return False
+    if num_src <= num_dst:
+        return True
+    if not _layout.eager(x):
+        return False
+    grad = torch.is_grad_enabled()
+    products_passes = 1 + (grad and weight.requires_grad) + (grad and x.requires_grad)
+    extra = (num_src - num_dst) * weight.numel() * products_passes
+    return tuning.GATHER_COST.get(x.device.type, math.inf) * num_edges * (inputs - products) > extra
 
 
 class FusedLayer(DropIn):

@@ -7,7 +7,7 @@ from torch import Tensor
 from torch_geometric.typing import Adj, Size
 
 from pyg_fast.nn import _graph
-from pyg_fast.nn._fused import FusedLayer, edge_values, plain_linear
+from pyg_fast.nn._fused import FusedLayer, plain_linear, products_first
 from pyg_fast.ops import _layout
 
 
@@ -23,10 +23,10 @@ class GINConv(FusedLayer, pyg_nn.GINConv):
     (cached per graph), without materialising the messages. Where
     :math:`h_{\mathbf{\Theta}}` is a ``torch.nn.Sequential`` that starts with a linear
     layer into fewer channels than it reads, and the sources are the targets' own
-    features (or there is no target term and no more sources than targets), the layer
-    sums that linear layer's products :math:`\mathbf{W} \mathbf{x}_j` instead (the same
-    linear map; each edge moves its output width) where that moves fewer values over the
-    edges, forward and backward (``pyg_fast.nn._fused.edge_values``). Falls back
+    features (or there is no target term), the layer sums that linear layer's products
+    :math:`\mathbf{W} \mathbf{x}_j` instead (the same linear map; each edge moves its
+    output width) where that costs less, the edges' values against the products of the
+    rows (``pyg_fast.nn._fused.products_first``). Falls back
     to PyG's path where :class:`pyg_fast.nn.GCNConv` does.
     """
     propagate_type = {"x": "OptPairTensor"}
@@ -57,20 +57,17 @@ class GINConv(FusedLayer, pyg_nn.GINConv):
     def _narrowing_first(self, x_src: Tensor, x_dst, edges, size: Size):
         """``nn``'s first layer where the neighbour sum may move its products (see the class),
         else None: ``nn`` a Sequential without hooks of its own, starting with a plain linear
-        layer (``plain_linear``) whose products move fewer values (``edge_values``), and
-        one product serving sources and targets (``x_dst`` is ``x_src``; or no target term and no
-        more sources than targets)."""
+        layer (``plain_linear``), one product serving sources and targets (``x_dst`` is ``x_src``,
+        or no target term) and products that cost less to aggregate (``products_first``)."""
         mlp = self.nn
         if type(mlp) is not torch.nn.Sequential or len(mlp) == 0 or mlp._forward_hooks or mlp._forward_pre_hooks:
             return None
         first = mlp[0]
         if not plain_linear(first):
             return None
-        products, inputs = edge_values(first.weight, x_src)
-        if products >= inputs:
-            return None
-        if x_dst is x_src or (x_dst is None
-                              and x_src.size(0) <= _graph.num_nodes(x_src, x_dst, edges.sizes, size)[1]):
+        if (x_dst is x_src or x_dst is None) and products_first(
+                first.weight, x_src, x_src.size(0), _graph.num_nodes(x_src, x_dst, edges.sizes, size)[1],
+                edges.edge_index.size(1)):
             return first
         return None
 

@@ -9,7 +9,7 @@ from torch import Tensor
 from torch_geometric.typing import Adj, Size
 
 from pyg_fast.nn import _graph
-from pyg_fast.nn._fused import FusedLayer, edge_values, plain_linear
+from pyg_fast.nn._fused import FusedLayer, plain_linear, products_first
 
 
 class SAGEConv(FusedLayer, pyg_nn.SAGEConv):
@@ -25,10 +25,9 @@ class SAGEConv(FusedLayer, pyg_nn.SAGEConv):
     (lists, LSTM, learnable ones) and the cases listed in
     :class:`pyg_fast.nn.GCNConv` run PyG's path. A sum or mean into fewer channels
     than it reads aggregates :math:`\mathbf{W}_2 \mathbf{x}_j` rather than
-    :math:`\mathbf{x}_j` where that costs no more multiplications (no more source
-    than target nodes) and moves fewer values over the edges, forward and backward
-    (``pyg_fast.nn._fused.edge_values``): the same linear map, each edge
-    moving ``out_channels`` values instead of ``in_channels``.
+    :math:`\mathbf{x}_j` where that costs less, the edges' values against the
+    products of the rows (``pyg_fast.nn._fused.products_first``): the same
+    linear map, each edge moving ``out_channels`` values instead of ``in_channels``.
     """
     propagate_type = {"x": "OptPairTensor"}
 
@@ -66,15 +65,14 @@ class SAGEConv(FusedLayer, pyg_nn.SAGEConv):
 
     def _transform_first(self, x_src: Tensor, x_dst, edges, size: Size, root) -> bool:
         """Whether to aggregate ``lin_l``'s products rather than its inputs: a linear aggregation
-        (sum, mean) that moves fewer values so (``edge_values``), with no more source rows
-        to multiply than target rows, and linear layers whose forward is their weight alone
-        (initialised, no hooks)."""
+        (sum, mean) that costs less so (``products_first``), and linear layers whose forward is
+        their weight alone (initialised, no hooks)."""
         lin_l = self.lin_l
         if self._reduce() not in ("sum", "mean") or not plain_linear(lin_l) or (
                 isinstance(root, torch.nn.Module) and not plain_linear(root)):
             return False
-        products, inputs = edge_values(lin_l.weight, x_src)
-        return products < inputs and x_src.size(0) <= _graph.num_nodes(x_src, x_dst, edges.sizes, size)[1]
+        return products_first(lin_l.weight, x_src, x_src.size(0),
+                              _graph.num_nodes(x_src, x_dst, edges.sizes, size)[1], edges.edge_index.size(1))
 
 
 def root_sum(convs: Sequence[SAGEConv]) -> Optional[Tensor]:

@@ -5,6 +5,7 @@ from torch_geometric import EdgeIndex
 from torch_geometric.utils import to_torch_csc_tensor
 
 import pyg_fast.nn as fast_nn
+from pyg_fast import tuning
 from pyg_fast.nn._fused import FusedLayer
 from pyg_fast.testing import DEVICES
 from tests.nn._helpers import compare, random_graph
@@ -83,12 +84,13 @@ def aggregated_widths(monkeypatch) -> list:
 
 
 def narrowing_inputs(device):
-    """48-wide float64 inputs: a bipartite graph (30 sources, 12 targets) with both sides'
-    features, and a square graph of 40 nodes with theirs."""
+    """48-wide float64 inputs: a bipartite graph (300 sources, 12 targets, 30 edges: 8 products
+    of a source row cost more than the 40 values saved on each edge at either device's
+    GATHER_COST) with both sides' features, and a square graph of 40 nodes with theirs."""
     def features(n):
         return torch.randn(n, 48, device=device, dtype=torch.float64, requires_grad=True)
 
-    return random_graph(30, 200, device, num_dst=12), features(30), features(12), random_graph(40, 300, device), \
+    return random_graph(300, 30, device, num_dst=12), features(300), features(12), random_graph(40, 300, device), \
         features(40)
 
 
@@ -119,7 +121,7 @@ def test_gin_narrowing_keeps_the_order_where_it_must(device, monkeypatch):
     ei, x1, x2, ei_square, x = narrowing_inputs(device)
     ref, fast = narrowing_gin_pair(device)
     compare(ref, fast, ((x1, x2), ei), (x1, x2))
-    compare(ref, fast, ((x1, None), ei, (30, 12)), (x1,))  # more sources than targets
+    compare(ref, fast, ((x1, None), ei, (300, 12)), (x1,))  # sources' products that do not pay
     calls = []
     fast.nn[0].register_forward_hook(lambda module, inputs, output: calls.append("first"))
     compare(ref, fast, (x, ei_square), (x,))
@@ -200,7 +202,7 @@ def test_sage_narrowing_aggregates_products(device, aggr, options, route, monkey
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_sage_narrowing_keeps_the_order_where_it_must(device, monkeypatch):
-    """PyG's order (aggregate, then lin_l) for more sources than targets, a max, a lin_l with a
+    """PyG's order (aggregate, then lin_l) where the sources' products do not pay, a max, a lin_l with a
     forward hook (which must run) and lazy channels (until initialised)."""
     widths = aggregated_widths(monkeypatch)
     ei, x1, x2, ei_square, x = narrowing_inputs(device)
@@ -237,6 +239,24 @@ def test_narrowing_follows_the_gradients(device, layer, monkeypatch):
     with torch.no_grad():
         torch.testing.assert_close(fast(x, ei), ref(x, ei))
     assert widths == [48, 32, 32]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layer", ["sage", "gin"])
+def test_products_pay_over_many_edges(device, layer, monkeypatch):
+    """More sources than targets (30 into 12) over 200 edges, 48 -> 8 channels: 18 more rows of
+    products (48 x 8 multiply-adds each, three passes with x's gradient) cost less than the 80
+    values saved on each edge at either device's GATHER_COST, so the layer aggregates products,
+    as PyG's numbers; with the cost of a gathered value taken as 0, PyG's order."""
+    widths = aggregated_widths(monkeypatch)
+    ref, fast = narrowing_pair(device) if layer == "sage" else narrowing_gin_pair(device)
+    ei = random_graph(30, 200, device, num_dst=12)
+    x1 = torch.randn(30, 48, device=device, dtype=torch.float64, requires_grad=True)
+    compare(ref, fast, ((x1, None), ei, (30, 12)), (x1,))
+    assert widths == [8]
+    monkeypatch.setitem(tuning.GATHER_COST, torch.device(device).type, 0.0)
+    compare(ref, fast, ((x1, None), ei, (30, 12)), (x1,))
+    assert widths == [8, 48]
 
 
 def test_sage_other_aggregations_use_pyg():
