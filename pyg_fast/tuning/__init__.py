@@ -66,8 +66,9 @@ COO_MAX_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 20, "cuda": 96 * 2 ** 20}
 # type: a single-head GATConv sums its sources' own features under the attention and projects the
 # sums where that costs less (``GATConv._projects_after``). CPU, 2 threads: 14,328 rows of 4,231
 # features into 64 outputs took 334 ms, their attention-weighted sum over 14,328 edges 49 ms and
-# over 85,810 edges 345 ms (9.5 and 11). CUDA: an H100's float32 peaks (67 TFLOP/s, 3.35 TB/s
-# with 4-byte values) give 40; not yet timed.
+# over 85,810 edges 345 ms (9.5 and 11). CUDA (H100): the product 0.20 ms, the sums over the
+# same edges 0.43-1.02 ms (4,232 / 4,231 features, the reused graph's best launches), 23-55; into
+# 4,057 authors (19,645 edges) and 20 venues, 48-89.
 GATHER_COST: Dict[str, float] = {"cpu": 12.0, "cuda": 40.0}
 
 # A max or min over an index's first uses (``segment_reduce``'s COO route, ``scatter_extremum``)
@@ -362,9 +363,25 @@ def segment_launch(values: Tensor, ptr: Tensor, num_rows: int, gather: bool = Fa
     return launch
 
 
+# Rows of at least this many features, 4 x the table's widest (256), take WIDE_CANDIDATES (the first
+# before a trial has settled) rather than the nearest entry's, which the table extrapolates from
+# narrow rows. H100, reused graph, ms, HGB DBLP's 14,328 papers' 4,231 features gathered into
+# terms (85,810 edges) / venues (14,328 edges into 20) / authors (19,645): the table's picks
+# 1.02 / 1.60 / 0.43; groups of 16 rows, 32 lanes, 512 threads 0.92 / 0.87 / 0.53; row 32.1 / 0.32
+# / 1.60; groups of 32, 256 threads 1.03 / 1.07 / 0.77. At 4,232 features (16-byte rows): the
+# table's picks 0.43 / 0.33 / 0.18, the first candidate 0.43 / 0.28 / 0.21.
+WIDE_FEATURES = 1024
+WIDE_CANDIDATES = ({"schedule": "groups", "max_lanes": 32, "threads": 512, "chunk": 16},
+                   {"schedule": "row", "max_lanes": 32, "threads": 256, "chunk": 256},
+                   {"schedule": "groups", "max_lanes": 32, "threads": 256, "chunk": 32})
+
+
 def _chosen(ptr: Tensor, stats, num_rows: int, num_features: int, element_size: int, gather: bool,
             feature_block: int) -> Launch:
-    """The C++ selector's pick for the graph's skew, with its graph-aware layout."""
+    """The C++ selector's pick for the graph's skew, with its graph-aware layout (for rows of
+    ``WIDE_FEATURES`` and more, the first of ``WIDE_CANDIDATES``)."""
+    if num_features >= WIDE_FEATURES:
+        return _candidates(ptr, stats, num_rows, num_features, element_size, gather, feature_block)[0]
     p = choose(num_rows, ptr.numel() - 1, num_features, element_size, gather, feature_block, stats.max_segment,
                graph_aware=True)
     return _with_layout([SCHEDULES[p["schedule"]], p["lanes"], p["vec"], p["threads"], p["chunk"]], ptr, stats)
@@ -373,15 +390,18 @@ def _chosen(ptr: Tensor, stats, num_rows: int, num_features: int, element_size: 
 def _candidates(ptr: Tensor, stats, num_rows: int, num_features: int, element_size: int, gather: bool,
                 feature_block: int) -> List[Launch]:
     """The distinct launches of the nearest table entry's candidate configurations (the C++
-    selector's pick first: the entry it resolves)."""
+    selector's pick first: the entry it resolves), or of ``WIDE_CANDIDATES`` for wide rows."""
     num_segments = ptr.numel() - 1
-    nearest = torch.ops.pyg_fast.segment_schedule_entry(num_rows, num_segments, num_features, element_size, gather,
-                                                        stats.max_segment)
-    if nearest < 0:  # nothing measured: the selector's fallback alone
-        return [_chosen(ptr, stats, num_rows, num_features, element_size, gather, feature_block)]
-    entry = rules()["table"][nearest]
+    if num_features >= WIDE_FEATURES:
+        candidates = WIDE_CANDIDATES
+    else:
+        nearest = torch.ops.pyg_fast.segment_schedule_entry(num_rows, num_segments, num_features, element_size,
+                                                            gather, stats.max_segment)
+        if nearest < 0:  # nothing measured: the selector's fallback alone
+            return [_chosen(ptr, stats, num_rows, num_features, element_size, gather, feature_block)]
+        candidates = rules()["table"][nearest]["candidates"]
     launches, seen = [], set()
-    for p in entry["candidates"]:
+    for p in candidates:
         config = tuple(torch.ops.pyg_fast.segment_schedule_resolve(
             SCHEDULES[p["schedule"]], p["max_lanes"], p["threads"], p["chunk"], num_rows, num_segments, num_features,
             element_size, feature_block))

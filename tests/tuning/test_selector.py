@@ -131,6 +131,28 @@ def test_candidates_are_the_nearest_entrys_distinct_launches(table):
     assert torch.equal(groups.data, _layout.neighbor_groups(ptr, groups.config[4], None))
 
 
+def test_wide_rows_take_the_wide_candidates(table):
+    """Rows of WIDE_FEATURES and more (beyond what the table measured) are tried on
+    WIDE_CANDIDATES, resolved for the input, in their order, the first also the pick without a
+    trial; narrower rows keep the table's entry."""
+    ptr = torch.tensor([0, 3, 3, 11, 12, 20, 24])
+    stats = _layout.SegmentStats(8, {size: int(ptr.diff().add(size - 1).div(size, rounding_mode="floor")
+                                               .clamp(min=1).sum()) for size in _layout.GROUP_SIZES})
+    wide = tuning.WIDE_FEATURES + 3
+    launches = tuning._candidates(ptr, stats, 24, wide, 4, True, wide)
+    expected = [tuple(torch.ops.pyg_fast.segment_schedule_resolve(
+        tuning.SCHEDULES[p["schedule"]], p["max_lanes"], p["threads"], p["chunk"], 24, 6, wide, 4, wide))
+        for p in tuning.WIDE_CANDIDATES]
+    assert [tuple(launch.config) for launch in launches] == expected
+    assert [list(tuning.SCHEDULES)[c[0]] for c in expected] == [p["schedule"] for p in tuning.WIDE_CANDIDATES]
+    assert expected[0][4] == tuning.WIDE_CANDIDATES[0]["chunk"]
+    assert torch.equal(launches[0].data, _layout.neighbor_groups(ptr, expected[0][4], None))
+    assert tuning._chosen(ptr, stats, 24, wide, 4, True, wide).config == launches[0].config
+    narrow = tuning._candidates(ptr, stats, 24, tuning.WIDE_FEATURES - 1, 4, True, tuning.WIDE_FEATURES - 1)
+    first = tuning.choose(24, 6, tuning.WIDE_FEATURES - 1, 4, True, tuning.WIDE_FEATURES - 1, 8, graph_aware=True)
+    assert narrow[0].config[0] == tuning.SCHEDULES[first["schedule"]]
+
+
 def test_candidates_come_from_the_entry_nearest_by_the_weighted_distance(tmp_path):
     """With several entries, the trial's candidates are those of the entry nearest to the input by
     the table's weighted squared distance (computed here in float64), the entry whose first
