@@ -20,8 +20,9 @@ entry holds the configuration that did best over it and its nearest entries), ov
 - here, with the graph's measured skew and the graph-aware schedules, for a graph reused in eager
   mode once its statistics have reached the host (``_layout.segment_stats``: computed on the
   device from the second reduction of the same sizes over it, copied without a synchronisation).
-  There the nearest entry's ``TRIAL_CANDIDATES`` configurations are timed once on the call's own
-  data (a :class:`Trial`, read back without a synchronisation) and the fastest is kept
+  There the nearest entry's ``TRIAL_CANDIDATES`` configurations (for rows wider than the table
+  measured, ``WIDE_CANDIDATES`` and the entry's pick) are timed once on the call's own data (a
+  :class:`Trial`, read back without a synchronisation) and the fastest is kept
   (``config.measure_launches``).
 
 ``explain`` says what an input gets; ``set_override`` forces a choice (the tuning sweep and the
@@ -67,7 +68,7 @@ COO_MAX_ELEMENTS: Dict[str, int] = {"cpu": 2 ** 20, "cuda": 96 * 2 ** 20}
 # sums where that costs less (``GATConv._projects_after``). CPU, 2 threads: 14,328 rows of 4,231
 # features into 64 outputs took 334 ms, their attention-weighted sum over 14,328 edges 49 ms and
 # over 85,810 edges 345 ms (9.5 and 11). CUDA (H100): the product 0.20 ms, the sums over the
-# same edges 0.43-1.02 ms (4,232 / 4,231 features, the reused graph's best launches), 23-55; into
+# 85,810 edges 0.43-1.02 ms (4,232 / 4,231 features, the fastest launches tried), 23-55; into
 # 4,057 authors (19,645 edges) and 20 venues, 48-89.
 GATHER_COST: Dict[str, float] = {"cpu": 12.0, "cuda": 40.0}
 
@@ -390,16 +391,17 @@ def _chosen(ptr: Tensor, stats, num_rows: int, num_features: int, element_size: 
 def _candidates(ptr: Tensor, stats, num_rows: int, num_features: int, element_size: int, gather: bool,
                 feature_block: int) -> List[Launch]:
     """The distinct launches of the nearest table entry's candidate configurations (the C++
-    selector's pick first: the entry it resolves), or of ``WIDE_CANDIDATES`` for wide rows."""
+    selector's pick first: the entry it resolves); for wide rows ``WIDE_CANDIDATES``, then the
+    entry's first."""
     num_segments = ptr.numel() - 1
-    if num_features >= WIDE_FEATURES:
-        candidates = WIDE_CANDIDATES
-    else:
-        nearest = torch.ops.pyg_fast.segment_schedule_entry(num_rows, num_segments, num_features, element_size,
-                                                            gather, stats.max_segment)
-        if nearest < 0:  # nothing measured: the selector's fallback alone
-            return [_chosen(ptr, stats, num_rows, num_features, element_size, gather, feature_block)]
-        candidates = rules()["table"][nearest]["candidates"]
+    wide = num_features >= WIDE_FEATURES
+    nearest = torch.ops.pyg_fast.segment_schedule_entry(num_rows, num_segments, num_features, element_size, gather,
+                                                        stats.max_segment)
+    if nearest < 0 and not wide:  # nothing measured: the selector's fallback alone
+        return [_chosen(ptr, stats, num_rows, num_features, element_size, gather, feature_block)]
+    candidates = [] if nearest < 0 else rules()["table"][nearest]["candidates"]
+    if wide:  # the table's own pick last, which won at 4,232 features into the authors (0.18 ms)
+        candidates = list(WIDE_CANDIDATES) + candidates[:1]
     launches, seen = [], set()
     for p in candidates:
         config = tuple(torch.ops.pyg_fast.segment_schedule_resolve(

@@ -133,8 +133,9 @@ def test_candidates_are_the_nearest_entrys_distinct_launches(table):
 
 def test_wide_rows_take_the_wide_candidates(table):
     """Rows of WIDE_FEATURES and more (beyond what the table measured) are tried on
-    WIDE_CANDIDATES, resolved for the input, in their order, the first also the pick without a
-    trial; narrower rows keep the table's entry."""
+    WIDE_CANDIDATES, resolved for the input, in their order, then the nearest entry's own pick
+    where it differs; the first is also the pick without a trial. Narrower rows keep the table's
+    entry."""
     ptr = torch.tensor([0, 3, 3, 11, 12, 20, 24])
     stats = _layout.SegmentStats(8, {size: int(ptr.diff().add(size - 1).div(size, rounding_mode="floor")
                                                .clamp(min=1).sum()) for size in _layout.GROUP_SIZES})
@@ -143,8 +144,11 @@ def test_wide_rows_take_the_wide_candidates(table):
     expected = [tuple(torch.ops.pyg_fast.segment_schedule_resolve(
         tuning.SCHEDULES[p["schedule"]], p["max_lanes"], p["threads"], p["chunk"], 24, 6, wide, 4, wide))
         for p in tuning.WIDE_CANDIDATES]
+    own = tuning.choose(24, 6, wide, 4, True, wide, 8, graph_aware=True)
+    own = (tuning.SCHEDULES[own["schedule"]], own["lanes"], own["vec"], own["threads"], own["chunk"])
+    expected += [own] if own not in expected else []
     assert [tuple(launch.config) for launch in launches] == expected
-    assert [list(tuning.SCHEDULES)[c[0]] for c in expected] == [p["schedule"] for p in tuning.WIDE_CANDIDATES]
+    assert [list(tuning.SCHEDULES)[c[0]] for c in expected[:3]] == [p["schedule"] for p in tuning.WIDE_CANDIDATES]
     assert expected[0][4] == tuning.WIDE_CANDIDATES[0]["chunk"]
     assert torch.equal(launches[0].data, _layout.neighbor_groups(ptr, expected[0][4], None))
     assert tuning._chosen(ptr, stats, 24, wide, 4, True, wide).config == launches[0].config
