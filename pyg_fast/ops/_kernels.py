@@ -26,10 +26,10 @@ _INT32_SCHEDULES = (tuning.SCHEDULES["edges"], tuning.SCHEDULES["groups"])
 
 
 def run(op, *args):
-    """``op(*args)`` for an op with autograd formulas (``register_autograd`` below). In eager mode,
-    where no input needs a gradient (the backward's own calls, inference), straight to the kernel
-    below the autograd key: the Python wrapper that torch.library.register_autograd puts there
-    costs 4 of a 7 us call (CPU host); where one does, through the same formulas as an
+    """``op(*args)``. In eager mode, for an op with Python autograd formulas (``register_autograd``
+    below): where no input needs a gradient (the backward's own calls, inference), straight to the
+    kernel below the autograd key (the Python wrapper that torch.library.register_autograd puts
+    there costs 4 of a 7 us call, CPU host); where one does, through the same formulas as an
     autograd.Function."""
     if torch.compiler.is_compiling() or torch._C._is_tracing():
         return op(*args)
