@@ -222,10 +222,11 @@ def checked(call: Callable[[int], object], messages: Messages, device: torch.dev
             first: Optional[Callable[[], bool]] = None):
     """``call(flag_slot)`` of an op that checks indices and returns its flags last (or only), with
     ``messages`` raised for them: from the flag ring on CUDA, else through :func:`report`, there
-    only where ``first()`` says so if given (flags read once per index)."""
+    only where ``first()`` says so if given (flags read once per index: each read of CUDA flags
+    waits for the device) or on the CPU (reading them there costs less than asking ``first()``)."""
     slot = flag_slot(messages, device)
     out = call(slot)
-    if slot < 0 and (first is None or first()):
+    if slot < 0 and (first is None or device.type == "cpu" or first()):
         report(out[-1] if isinstance(out, (tuple, list)) else out, messages)
     return out
 

@@ -366,9 +366,9 @@ def gather_scatter(x2: Tensor, src_index: Optional[Tensor], dst_index: Tensor, w
     out of range are skipped and reported under ``names`` ('src name|src size name|dst name|dst
     size name'; None: not reported, a call on indices another call reported). In eager mode on
     CUDA the kernel raises them in a slot of the flag ring (``_deferred.flag_slot``: no copy; a
-    copied report cost 60-110 us of host time a call on an H100 host); on the CPU and with
-    validate="sync" they are reported once per pair of index tensors and sizes, as the grouped
-    route checks an index once. Where recorded, the kernel raises them for its call site
+    copied report cost 60-110 us of host time a call on an H100 host); on the CPU on every call;
+    with validate="sync" once per pair of index tensors and sizes, as the grouped route checks an
+    index once. Where recorded, the kernel raises them for its call site
     (``AT_SITE``), read by the next such call or the next eager check."""
     def call(slot: int, site: str = ""):
         return run(torch.ops.pyg_fast.gather_scatter, x2.contiguous(), src_index, dst_index,
