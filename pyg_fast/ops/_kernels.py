@@ -145,19 +145,21 @@ def rows_launch(src3: Tensor, layout: _layout.SegmentLayout) -> Optional[tuning.
     return csr_launch(src3.squeeze(0), layout.ptr, src3.size(1))
 
 
-# A reused index's reduction over its rows, kept with the index once its layout and launch are
-# settled: one lookup where the layout's, the launch's and the COO route's use count took three
+# A reused index's (or pointer's) reduction over its rows, kept with it once its layout and launch
+# are settled: one lookup where the layout's, the launch's and the COO route's use count took three
 # with their checks (segment_reduce on pubmed, F = 16, H100 hosts: 47.7 -> 30.9 us a call; torch's
-# index_add_ 15-19). Looked up without storing, so that an index used once stores nothing.
-def kept_key(src3: Tensor, index: Optional[Tensor], dim_size: Optional[int], is_sorted: Optional[bool]
-             ) -> Optional[Tuple]:
-    """The key under which ``index`` keeps its (layout, launch) for rows of ``src3`` [1, E, F]
-    (``_layout.peek`` reads it), or None where nothing is kept: a traced call, a batch, an index of
-    another type, a segment count to read from the index, a forced launch, an index with nothing
-    cached yet (a fresh graph's: its first call keeps nothing and skips building the key)."""
+# index_add_ 15-19; a reused pointer on a tiny input, CPU host: 51-56 -> 39-45). Looked up without
+# storing, so that an index used once stores nothing.
+def kept_key(src3: Tensor, index: Optional[Tensor], dim_size: Optional[int], is_sorted: Optional[bool],
+             by: str = "index") -> Optional[Tuple]:
+    """The key under which ``index`` (a COO index, or a CSR pointer where ``by="ptr"``) keeps its
+    (layout, launch) (see :func:`keep_rows`) for rows of ``src3`` [1, E, F] (``_layout.peek``
+    reads it), or None where nothing is kept: a traced call, a batch, an index of another type, a
+    segment count to read from the index, a forced launch, an index with nothing cached yet (a
+    fresh graph's: its first call keeps nothing and skips building the key)."""
     if src3.size(0) != 1 or not keeps(index, src3, dim_size):
         return None
-    return "kept_rows", dim_size, is_sorted, src3.size(1), src3.size(2), src3.dtype, src3.device
+    return "kept_rows", by, dim_size, is_sorted, src3.size(1), src3.size(2), src3.dtype, src3.device
 
 
 def keeps(index: Optional[Tensor], values: Tensor, dim_size: Optional[int]) -> bool:
@@ -179,12 +181,15 @@ def keep_rows(key: Optional[Tuple], index: Tensor, src3: Tensor, layout: _layout
     """The launch to give :func:`reduce_rows` for ``src3`` over ``index``'s ``layout`` (None: let
     it choose), kept with ``index`` under ``key`` with the layout where both are final: the layout
     settled, the launch chosen from the graph's statistics (or left to the op on the CPU), whole
-    rows."""
-    if key is None or not _layout.coo_settled(index, dim_size, is_sorted):
+    rows; a pointer's layout is final at once."""
+    if key is None or (key[1] == "index" and not _layout.coo_settled(index, dim_size, is_sorted)):
         return None
     launch = rows_launch(src3, layout)
     if final_launch(launch, src3):
-        _layout.cached(index, key, lambda: (layout, launch))
+        # None for a layout that is the pointer itself (int64 already): held in its own cache, it
+        # would never be freed
+        kept = (None if layout.ptr is index else layout, launch)
+        _layout.cached(index, key, lambda: kept)
     return launch
 
 

@@ -52,12 +52,18 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
         raise ValueError("pyg_fast: pass exactly one of 'index' and 'ptr'")
     shape = list(src.shape)
     src3 = src.reshape(math.prod(shape[:dim]), num_rows, math.prod(shape[dim + 1:]))
-    # a reused index's kept call skips the COO route's use count too: once kept, it is grouped
-    key, caller_index = kept_key(src3, index, dim_size, sorted), index
-    kept = _layout.peek(index, key) if key is not None else None
+    # a reused index's kept call skips the COO route's use count too: once kept, it is grouped; a
+    # pointer that disagrees with dim_size takes the checked path below, which says so
+    if ptr is None:
+        key, kept_with = kept_key(src3, index, dim_size, sorted), index
+    else:
+        matches = ptr.dim() == 1 and dim_size in (None, ptr.numel() - 1)
+        key, kept_with = (kept_key(src3, ptr, ptr.numel() - 1, None, "ptr") if matches else None), ptr
+    kept = _layout.peek(kept_with, key) if key is not None else None
     if kept is not None:
-        shape[dim] = dim_size
-        return reduce_rows(src3, kept[0], reduce, kept[1]).view(shape)
+        shape[dim] = key[2]
+        layout = kept[0] if kept[0] is not None else _layout.SegmentLayout(ptr, None)
+        return reduce_rows(src3, layout, reduce, kept[1]).view(shape)
     # An index declared sorted keeps the grouping: no sort to save, and the claim is checked there
     if (ptr is None and dim_size is not None and src3.size(0) == 1 and reduce in COO_REDUCES + ("max", "min")
             and dim_size >= 0 and not sorted):
@@ -82,5 +88,5 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
             return out.view(shape)
     layout, dim_size = _layout.segments(index, ptr, src, dim, dim_size, is_sorted=sorted)
     shape[dim] = dim_size
-    launch = keep_rows(key, caller_index, src3, layout, dim_size, sorted)
+    launch = keep_rows(key, kept_with, src3, layout, dim_size, sorted)
     return reduce_rows(src3, layout, reduce, launch).view(shape)

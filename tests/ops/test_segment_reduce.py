@@ -552,6 +552,34 @@ def test_repeated_calls_follow_src_and_index_changes(device, kind):
     check(torch.randn(200, 5, device=device))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.long, torch.int32])
+def test_a_reused_ptr_keeps_its_call_and_its_checks(device, dtype, monkeypatch):
+    """From a pointer's third call on, its layout and launch come from one lookup (no new layout),
+    with the same values as the float64 reference; a dim_size that disagrees with it, a change in
+    place and other rows still meet the checks."""
+    from pyg_fast.ops import _layout
+    index = torch.randint(0, 30, (200,)).sort().values
+    ptr = torch._convert_indices_from_coo_to_csr(index, 30).to(dtype).to(device)
+    src = torch.randn(200, 5, device=device)
+    built = []
+    segments = _layout.segments
+    monkeypatch.setattr(_layout, "segments", lambda *a, **k: built.append(1) or segments(*a, **k))
+    for _ in range(4):
+        out = pyg_fast.segment_reduce(src, ptr=ptr, reduce="sum", dim_size=30)
+        assert_close(out, scatter_reference(src, index.to(device), 30, "sum"), torch.float32)
+    assert len(built) == 2
+    with pytest.raises(ValueError, match="dim_size=29 does not match 'ptr'"):
+        pyg_fast.segment_reduce(src, ptr=ptr, dim_size=29)
+    with pytest.raises(ValueError, match="non-decreasing from 0 to 199"):
+        pyg_fast.segment_reduce(src[:199], ptr=ptr)
+        pyg_fast.check_errors()
+    ptr[5] = 300
+    with pytest.raises(ValueError, match="non-decreasing from 0 to 200"):
+        pyg_fast.segment_reduce(src, ptr=ptr)
+        pyg_fast.check_errors()
+
+
 def test_kept_calls_do_not_keep_their_index_alive():
     """Kept calls and layouts are cached on the index (or ptr) they were made for: they must not
     hold it, nor the edge_index it is a row of."""
