@@ -150,16 +150,17 @@ def rows_launch(src3: Tensor, layout: _layout.SegmentLayout) -> Optional[tuning.
 # with their checks (segment_reduce on pubmed, F = 16, H100 hosts: 47.7 -> 30.9 us a call; torch's
 # index_add_ 15-19; a reused pointer on a tiny input, CPU host: 51-56 -> 39-45). Looked up without
 # storing, so that an index used once stores nothing.
-def kept_key(src3: Tensor, index: Optional[Tensor], dim_size: Optional[int], is_sorted: Optional[bool],
-             by: str = "index") -> Optional[Tuple]:
+def kept_key(values: Tensor, rows: int, features: int, index: Optional[Tensor], dim_size: Optional[int],
+             is_sorted: Optional[bool], by: str = "index") -> Optional[Tuple]:
     """The key under which ``index`` (a COO index, or a CSR pointer where ``by="ptr"``) keeps its
-    (layout, launch) (see :func:`keep_rows`) for rows of ``src3`` [1, E, F] (``_layout.peek``
-    reads it), or None where nothing is kept: a traced call, a batch, an index of another type, a
-    segment count to read from the index, a forced launch, an index with nothing cached yet (a
-    fresh graph's: its first call keeps nothing and skips building the key)."""
-    if src3.size(0) != 1 or not keeps(index, src3, dim_size):
+    (layout, launch) (see :func:`keep_rows`) for ``values`` as one batch of ``rows`` rows of
+    ``features`` values (``_layout.peek`` reads it), or None where nothing is kept: a traced call,
+    an index of another type, a segment count to read from the index, a forced launch, an index
+    with nothing cached yet (a fresh graph's: its first call keeps nothing and skips building the
+    key)."""
+    if not keeps(index, values, dim_size):
         return None
-    return "kept_rows", by, dim_size, is_sorted, src3.size(1), src3.size(2), src3.dtype, src3.device
+    return "kept_rows", by, dim_size, is_sorted, rows, features, values.dtype, values.device
 
 
 def keeps(index: Optional[Tensor], values: Tensor, dim_size: Optional[int]) -> bool:

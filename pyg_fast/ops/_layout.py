@@ -82,7 +82,9 @@ def forget(tensor: Tensor, key: Tuple) -> None:
 
 def known(tensor: Tensor) -> bool:
     """Whether anything is cached with ``tensor``'s storage owner."""
-    return _entries(tensor, (), create=False)[0] is not None
+    owner = storage_owner(tensor)
+    found = _CACHE.get(id(owner))
+    return found is not None and found[0]() is owner
 
 
 def _entries(tensor: Tensor, key: Tuple, create: bool) -> Tuple[Optional[Dict], Tuple]:

@@ -44,7 +44,7 @@ def index_weight_segment_reduce(x: Tensor, src_index: Tensor, dst_index: Optiona
     reduce = check_reduce(reduce)
     if x.dim() == 0:
         raise ValueError("pyg_fast: 'x' must have at least one dimension")
-    x2 = x.reshape(x.size(0), math.prod(x.shape[1:]))
+    x2 = x if x.dim() == 2 else x.reshape(x.size(0), math.prod(x.shape[1:]))  # a view costs 2.6 us (CPU host)
     heads = 1 if weight is None or weight.dim() != 2 else weight.size(1)
     # a reused pair of indices' kept call: no checks of the indices (the kept ones were checked) and
     # no COO route, layout or launch lookups (see _kept_key)

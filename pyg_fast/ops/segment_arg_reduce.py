@@ -56,7 +56,9 @@ def segment_arg_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optiona
     # scatter_arg, the max of 1.17 M rows into 169 k segments took 326 ms at F = 16 against 56
     # walked (torch_scatter 406; 2 cores)
     two_pass = index is not None and reduce != "mul" and src.is_floating_point() and src.is_cuda
-    key = kept_key(src3, index, dim_size, sorted) if two_pass else None
+    key = None
+    if two_pass and src3.size(0) == 1:
+        key = kept_key(src3, src3.size(1), src3.size(2), index, dim_size, sorted)
     kept = _layout.peek(index, key) if key is not None else None
     if kept is not None:
         layout, launch = kept

@@ -9,7 +9,7 @@ from pyg_fast import tuning
 from pyg_fast.ops import _layout
 from pyg_fast.ops._checks import check_dim, check_float, check_index_tensor, check_reduce
 from pyg_fast.ops._kernels import (COO_REDUCES, coo_reported, coo_route, gather_scatter, keep_rows, kept_key,
-                                   reduce_rows)
+                                   reduce_csr, reduce_rows)
 
 
 def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
@@ -47,35 +47,41 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
     check_float(src, "src")
     reduce = check_reduce(reduce)
     dim = check_dim(src, dim, "src")
-    num_rows = src.size(dim)
     if (index is None) == (ptr is None):
         raise ValueError("pyg_fast: pass exactly one of 'index' and 'ptr'")
     shape = list(src.shape)
-    src3 = src.reshape(math.prod(shape[:dim]), num_rows, math.prod(shape[dim + 1:]))
+    num_rows, batch, features = shape[dim], math.prod(shape[:dim]), math.prod(shape[dim + 1:])
+    # a [E, F] src reduced over its rows, PyG's case, takes no view in or out (each view costs
+    # 2.6 us here, CPU host; four of them were a sixth of a reused index's call)
+    whole = dim == 0 and src.dim() == 2
     # a reused index's kept call skips the COO route's use count too: once kept, it is grouped; a
     # pointer that disagrees with dim_size takes the checked path below, which says so
-    if ptr is None:
-        key, kept_with = kept_key(src3, index, dim_size, sorted), index
-    else:
-        matches = ptr.dim() == 1 and dim_size in (None, ptr.numel() - 1)
-        key, kept_with = (kept_key(src3, ptr, ptr.numel() - 1, None, "ptr") if matches else None), ptr
+    key, kept_with = None, index if ptr is None else ptr
+    if batch == 1:
+        if ptr is None:
+            key = kept_key(src, num_rows, features, index, dim_size, sorted)
+        elif ptr.dim() == 1 and dim_size in (None, ptr.numel() - 1):
+            key = kept_key(src, num_rows, features, ptr, ptr.numel() - 1, None, "ptr")
     kept = _layout.peek(kept_with, key) if key is not None else None
     if kept is not None:
         shape[dim] = key[2]
-        layout = kept[0] if kept[0] is not None else _layout.SegmentLayout(ptr, None)
-        return reduce_rows(src3, layout, reduce, kept[1]).view(shape)
+        layout, launch = kept
+        if layout is not None and layout.perm is not None:  # the rows gathered in sorted order by the kernel
+            out = reduce_csr(src if whole else src.reshape(num_rows, features), layout.perm, layout.ptr, None,
+                             reduce, launch)
+            return out if whole else out.view(shape)
+        layout = layout if layout is not None else _layout.SegmentLayout(ptr, None)
+        return reduce_rows(src.reshape(1, num_rows, features), layout, reduce, launch).view(shape)
     # An index declared sorted keeps the grouping: no sort to save, and the claim is checked there
-    if (ptr is None and dim_size is not None and src3.size(0) == 1 and reduce in COO_REDUCES + ("max", "min")
+    if (ptr is None and dim_size is not None and batch == 1 and reduce in COO_REDUCES + ("max", "min")
             and dim_size >= 0 and not sorted):
         check_index_tensor(index, "index", num_rows, src.device)
         index = _layout.as_long(index)
         # the extrema's COO route reports in eager mode only; recorded, they keep the grouping
         if (reduce in COO_REDUCES or (_layout.eager(index) and not tuning.extremum_grouped(
-                index.device.type, num_rows, src3.size(2)))) and coo_route(index, ("segment_reduce", dim_size),
-                                                                           src3.numel()):
-            # rows as [E, F] without a select of src3 and a view back (2.8 us a fresh call, CPU host)
-            whole = dim == 0 and src.dim() == 2
-            rows = src if whole else src.reshape(num_rows, src3.size(2))
+                index.device.type, num_rows, features))) and coo_route(index, ("segment_reduce", dim_size),
+                                                                       num_rows * features):
+            rows = src if whole else src.reshape(num_rows, features)
             if reduce in COO_REDUCES:
                 out = gather_scatter(rows, None, index, None, dim_size, reduce,
                                      "src|src.size(dim)|index|dim_size")
@@ -86,6 +92,7 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
                 return out
             shape[dim] = dim_size
             return out.view(shape)
+    src3 = src.reshape(batch, num_rows, features)
     layout, dim_size = _layout.segments(index, ptr, src, dim, dim_size, is_sorted=sorted)
     shape[dim] = dim_size
     launch = keep_rows(key, kept_with, src3, layout, dim_size, sorted)

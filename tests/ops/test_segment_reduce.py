@@ -637,8 +637,7 @@ def test_reused_index_keeps_its_call(device):
             assert_close(out, scatter_reference(src, index, 30, reduce), torch.float32)
         if device == "cuda":
             torch.cuda.synchronize()
-    src3 = src.view(1, 200, 8)
-    assert pyg_fast.ops._layout.peek(index, kept_key(src3, index, 30, None)) is not None
+    assert pyg_fast.ops._layout.peek(index, kept_key(src, 200, 8, index, 30, None)) is not None
     src = torch.randn(200, 8, device=device, requires_grad=True)
     grad = torch.randn(30, 8, device=device)
     pyg_fast.segment_reduce(src, index, dim_size=30, reduce="sum").backward(grad)
