@@ -81,22 +81,27 @@ def forget(tensor: Tensor, key: Tuple) -> None:
 
 
 def known(tensor: Tensor) -> bool:
-    """Whether anything is cached with ``tensor``'s storage owner."""
-    owner = storage_owner(tensor)
+    """Whether anything is cached with ``tensor``'s storage owner (no slot key built)."""
+    return _owner_entries(storage_owner(tensor)) is not None
+
+
+def _owner_entries(owner: Tensor) -> Optional[Dict]:
+    """The cache entries of the storage owner ``owner``, or None."""
     found = _CACHE.get(id(owner))
-    return found is not None and found[0]() is owner
+    return found[1] if found is not None and found[0]() is owner else None
 
 
 def _entries(tensor: Tensor, key: Tuple, create: bool) -> Tuple[Optional[Dict], Tuple]:
     """The cache entries of ``tensor``'s storage owner (None where it has none and not
     ``create``), and ``tensor``'s slot among them."""
     owner = storage_owner(tensor)
-    found = _CACHE.get(id(owner))
-    if found is None or found[0]() is not owner:
+    entries = _owner_entries(owner)
+    if entries is None:
         if not create:
             return None, ()
-        found = _CACHE[id(owner)] = (weakref.ref(owner, functools.partial(_drop, id(owner))), {})
-    return found[1], (key, tensor.storage_offset(), tensor.shape, tensor.stride(), tensor._version)
+        entries = {}
+        _CACHE[id(owner)] = (weakref.ref(owner, functools.partial(_drop, id(owner))), entries)
+    return entries, (key, tensor.storage_offset(), tensor.shape, tensor.stride(), tensor._version)
 
 
 _MISSING = object()

@@ -9,7 +9,7 @@ from pyg_fast import tuning
 from pyg_fast.ops import _layout
 from pyg_fast.ops._checks import check_dim, check_float, check_index_tensor, check_reduce
 from pyg_fast.ops._kernels import (COO_REDUCES, coo_reported, coo_route, gather_scatter, keep_rows, kept_key,
-                                   reduce_csr, reduce_rows)
+                                   reduce_rows, reduce_rows_2d)
 
 
 def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
@@ -65,13 +65,9 @@ def segment_reduce(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
     kept = _layout.peek(kept_with, key) if key is not None else None
     if kept is not None:
         shape[dim] = key[2]
-        layout, launch = kept
-        if layout is not None and layout.perm is not None:  # the rows gathered in sorted order by the kernel
-            out = reduce_csr(src if whole else src.reshape(num_rows, features), layout.perm, layout.ptr, None,
-                             reduce, launch)
-            return out if whole else out.view(shape)
-        layout = layout if layout is not None else _layout.SegmentLayout(ptr, None)
-        return reduce_rows(src.reshape(1, num_rows, features), layout, reduce, launch).view(shape)
+        layout = kept[0] if kept[0] is not None else _layout.SegmentLayout(ptr, None)
+        out = reduce_rows_2d(src if whole else src.reshape(num_rows, features), layout, reduce, kept[1])
+        return out if whole else out.view(shape)
     # An index declared sorted keeps the grouping: no sort to save, and the claim is checked there
     if (ptr is None and dim_size is not None and batch == 1 and reduce in COO_REDUCES + ("max", "min")
             and dim_size >= 0 and not sorted):
