@@ -21,8 +21,8 @@ entry holds the configuration that did best over it and its nearest entries), ov
   mode once its statistics have reached the host (``_layout.segment_stats``: computed on the
   device from the second reduction of the same sizes over it, copied without a synchronisation).
   There the nearest entry's ``TRIAL_CANDIDATES`` configurations (for rows wider than the table
-  measured, ``WIDE_CANDIDATES`` and the entry's pick) are timed once on the call's own data (a
-  :class:`Trial`, read back without a synchronisation) and the fastest is kept
+  measured, ``WIDE_CANDIDATES`` and the entry's pick) are timed on the call's own data as the
+  sweeps time them (a :class:`Trial`, read back without a synchronisation) and the fastest is kept
   (``config.measure_launches``).
 
 ``explain`` says what an input gets; ``set_override`` forces a choice (the tuning sweep and the
@@ -30,6 +30,7 @@ benchmarks use it).
 """
 import json
 import os
+import statistics
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -263,21 +264,27 @@ class Launch(NamedTuple):
 
 
 class Trial:
-    """Candidate launches of one input over a reused graph, each timed once on a call's own data:
-    ``run(call)`` launches ``call(launch)`` for every candidate, twice (the first round warms the
-    caches), with CUDA events around the second round's; ``settled()`` gives the fastest once the
-    events have completed (queried, never waited for), None before. A sleep kernel holds the stream
-    while the host queues the launches, so that the events time the kernels back to back and not
-    the host's pace; where the sleep ended before the last launch was queued, the timings are
-    dropped and the next call runs the trial again with a sleep twice as long, up to ``TRIES``
-    times, after which the rule's pick stays. The extra launches happen once per graph and input:
-    the call that starts the trial and its outputs are those of the first candidate, the rule's
-    pick. Nothing runs or is read during a CUDA graph capture (the timing launches would be
-    recorded into the graph, and events cannot be queried then)."""
+    """Candidate launches of one input over a reused graph, timed on a call's own data as the
+    sweeps behind the rule table time them: ``run(call)`` launches ``call(launch)`` for every
+    candidate once to warm up, then ``ROUNDS`` rounds of all of them, each launch after an L2 flush
+    and between CUDA events; ``settled()`` gives the candidate of least median time once the events
+    have completed (queried, never waited for), None before. A sleep kernel holds the stream while
+    the host queues the launches, so that the events time the kernels back to back and not the
+    host's pace; where the sleep ended before the last launch was queued, the timings are dropped
+    and the next call runs the trial again with a sleep twice as long, up to ``TRIES`` times, after
+    which the rule's pick stays. The extra launches happen once per graph and input: the call that
+    starts the trial and its outputs are those of the first candidate, the rule's pick. Nothing runs
+    or is read during a CUDA graph capture (the timing launches would be recorded into the graph,
+    and events cannot be queried then)."""
     __slots__ = ("launches", "device", "events", "held", "tries")
-    # Timed unheld on H200, the trial picked configurations of 2x the best's device time on inputs
-    # of 6-30 us (citeseer, wordnet18): the host's 10-20 us a launch set the events' gaps.
-    SLEEP_CYCLES = 1_000_000  # 1.5 ms on H200 (655 k cycles a ms), against 0.45-0.7 ms of queueing a trial
+    # One warm timed launch a candidate picked 1.23-1.54x the sweep's best on inputs whose best
+    # took 5.6-12 us (H200: minibatch_reddit2_like F = 1, minibatch_arxiv_like F = 64, minesweeper
+    # F = 1; the row schedule's 8 lanes and 128 threads each time, where 32 and 256 were best):
+    # its data in L2 and no repeat, unlike the sweep's flushed, median-of-many timings.
+    ROUNDS = 5
+    # The sleep a queued launch (flush, events and the op's host time): 1 M cycles, 1.5 ms on
+    # H200 (655 k cycles a ms), covered 0.45-0.7 ms of queueing two rounds of four candidates.
+    SLEEP_CYCLES_PER_LAUNCH = 125_000
     TRIES = 3
 
     def __init__(self, launches: List[Launch], device: torch.device):
@@ -291,17 +298,21 @@ class Trial:
         events = []
         with torch.cuda.device(self.device), torch.no_grad():
             stream = torch.cuda.current_stream()  # the ops' stream: they run on their inputs' device
-            torch.cuda._sleep(self.SLEEP_CYCLES << self.tries)
+            # twice the L2, as do_bench's flush: written over before each timed launch
+            flush = torch.empty(2 * device_cache_bytes(self.device)[-1], dtype=torch.int8, device=self.device)
+            launches = len(self.launches) * (1 + self.ROUNDS)
+            torch.cuda._sleep((self.SLEEP_CYCLES_PER_LAUNCH * launches) << self.tries)
             held = torch.cuda.Event()
             held.record(stream)
-            for timed in (False, True):
+            for launch in self.launches:
+                call(launch)
+            for _ in range(self.ROUNDS):
                 for launch in self.launches:
-                    if timed:
-                        events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
-                        events[-1][0].record(stream)
+                    flush.zero_()
+                    events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+                    events[-1][0].record(stream)
                     call(launch)
-                    if timed:
-                        events[-1][1].record(stream)
+                    events[-1][1].record(stream)
         self.events, self.held, self.tries = events, not held.query(), self.tries + 1
 
     def settled(self) -> Optional[Launch]:
@@ -312,8 +323,10 @@ class Trial:
                 self.events = None  # the next call runs it again, with a longer sleep
                 return None
             return self.launches[0]
-        times = [start.elapsed_time(end) for start, end in self.events]
-        return self.launches[min(range(len(times)), key=times.__getitem__)]
+        count = len(self.launches)
+        times = [statistics.median(start.elapsed_time(end) for start, end in self.events[k::count])
+                 for k in range(count)]
+        return self.launches[min(range(count), key=times.__getitem__)]
 
 
 AUTO = Launch((), None)
