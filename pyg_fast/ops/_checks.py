@@ -29,7 +29,8 @@ def check_index_tensor(index: Tensor, name: str, length: Optional[int], device: 
     would specialise the graph to it)."""
     if not isinstance(index, Tensor):
         raise TypeError(f"pyg_fast: '{name}' must be a Tensor, got {type(index).__name__}")
-    if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
+    dtype = index.dtype
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
         raise TypeError(f"pyg_fast: '{name}' must be an integer tensor, got {index.dtype}")
     if index.dim() != 1:
         raise ValueError(f"pyg_fast: '{name}' must be 1-D, got shape {tuple(index.shape)}")
