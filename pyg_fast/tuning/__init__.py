@@ -298,8 +298,12 @@ class Trial:
         events = []
         with torch.cuda.device(self.device), torch.no_grad():
             stream = torch.cuda.current_stream()  # the ops' stream: they run on their inputs' device
-            # twice the L2, as do_bench's flush: written over before each timed launch
-            flush = torch.empty(2 * device_cache_bytes(self.device)[-1], dtype=torch.int8, device=self.device)
+            # twice the L2, so each timed launch reads its data from memory as in the sweeps (whose flush
+            # is 256 MB); written over before each timed launch
+            try:
+                flush = torch.empty(2 * device_cache_bytes(self.device)[-1], dtype=torch.int8, device=self.device)
+            except torch.OutOfMemoryError:  # a call near the memory's end: timed warm rather than failed
+                flush = None
             launches = len(self.launches) * (1 + self.ROUNDS)
             torch.cuda._sleep((self.SLEEP_CYCLES_PER_LAUNCH * launches) << self.tries)
             held = torch.cuda.Event()
@@ -308,7 +312,8 @@ class Trial:
                 call(launch)
             for _ in range(self.ROUNDS):
                 for launch in self.launches:
-                    flush.zero_()
+                    if flush is not None:
+                        flush.zero_()
                     events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
                     events[-1][0].record(stream)
                     call(launch)
