@@ -176,9 +176,9 @@ def kept_key(values: Tensor, rows: int, features: int, index: Optional[Tensor], 
 def keeps(index: Optional[Tensor], values: Tensor, dim_size: Optional[int]) -> bool:
     """Whether a call over ``index`` may keep its layout and launch with it (see :func:`kept_key`):
     a plain tensor with something cached already, a segment count given, eager, no forced launch."""
-    # known() first: a fresh index (a sampled graph's) has nothing cached, and stops there
-    return (type(index) is Tensor and dim_size is not None and _layout.known(index) and not tuning.overridden()
-            and _layout.eager(values))
+    # eager() before known(): Dynamo would trace known()'s lookup by id() and recompile on it
+    return (type(index) is Tensor and dim_size is not None and not tuning.overridden() and _layout.eager(values)
+            and _layout.known(index))
 
 
 def final_launch(launch: Optional[tuning.Launch], values: Tensor) -> bool:
