@@ -146,6 +146,23 @@ def test_consensus_and_candidates_are_what_the_neighbours_share():
     assert ranked(a, table, weights, 5, neighbours=1) == [edges, row, groups]
     assert ranked(a, table, weights, 2, neighbours=1) == [edges, row]
 
+def test_a_picks_time_is_the_lowest_reading_of_its_kernel_under_any_name():
+    """Grid parameters that resolve to one launch on an input are one kernel: a pick's time is the
+    lowest reading among them (at F = 1 a row of 8 or of 32 lanes is one lane), not the reading of
+    the name it was picked under; parameters not swept have no time."""
+    from benchmarks.tune_segment import picked_ms, resolved
+    row = lambda lanes, threads: dict(schedule="row", max_lanes=lanes, threads=threads, chunk=256)
+    result = dict(num_edges=38_868, num_nodes=30_449, F=1,
+                  all=[dict(ms=9.6, **row(8, 128)), dict(ms=6.5, **row(32, 128)), dict(ms=6.3, **row(32, 256))])
+    assert resolved(result, row(8, 128)) == resolved(result, row(32, 128)) != resolved(result, row(32, 256))
+    assert picked_ms(result, row(8, 128)) == picked_ms(result, row(32, 128)) == 6.5
+    assert picked_ms(result, row(32, 256)) == 6.3
+    assert picked_ms(result, row(8, 256)) is None
+    wide = dict(result, F=64)  # 64 features: the lanes differ, and so do the kernels
+    assert resolved(wide, row(8, 128)) != resolved(wide, row(32, 128))
+    assert picked_ms(wide, row(8, 128)) == 9.6
+
+
 def test_sweep_quick_on_cpu(tmp_path):
     """The tuning sweep runs end to end (quick graphs, on the CPU, where configurations do not
     change the kernel) and writes one line per input whose bests are among its timings."""

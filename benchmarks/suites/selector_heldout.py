@@ -28,8 +28,9 @@ import torch
 import pyg_fast
 from benchmarks.common import Recorder
 from benchmarks.graphs import QUICK_GRAPHS, load_graph, selected
-from benchmarks.tune_segment import (ZOO_FEATURE_SIZES, feature_sizes_of, input_key, merged, nearest, picked_ms,
-                                     ranked, read_jsonl, rule_table, sweep_graph, zoo_graph_names)
+from benchmarks.tune_segment import (PARAM_KEYS, ZOO_FEATURE_SIZES, feature_sizes_of, input_key, kernel_ms, merged,
+                                     nearest, picked_ms, ranked, read_jsonl, resolved, rule_table, sweep_graph,
+                                     zoo_graph_names)
 from pyg_fast import tuning
 from pyg_fast.ops import _kernels
 
@@ -62,7 +63,6 @@ def heldout_records(results: list, shipped: list, weights) -> list:
 # winner at the call after; a sorted index is read directly once the probe of its order is in,
 # which starts the launch's choice again.
 SETTLE_CALLS = 20
-PARAM_KEYS = ("schedule", "max_lanes", "threads", "chunk")
 
 
 def settled_picks(results: list, shipped: list, weights, device) -> dict:
@@ -92,8 +92,9 @@ def settled_picks(results: list, shipped: list, weights, device) -> dict:
 
 
 def _settled(r: dict, src, dst, num_nodes: int, device):
-    """(sweep ms, params) of the configuration a reused graph's calls settle on for input ``r``
-    (the sweep's own call), None where it did not settle or matches none of the grid's."""
+    """(sweep ms, params) of the launch a reused graph's calls settle on for input ``r`` (the sweep's
+    own call): the sweep's lowest reading of that launch under any of its names (``kernel_ms``);
+    None where it did not settle or matches none of the grid's."""
     num_edges, num_features = src.numel(), r["F"]
     rows = torch.randn(num_nodes if r["gather"] else num_edges, num_features, device=device)
     if r["gather"]:
@@ -107,14 +108,11 @@ def _settled(r: dict, src, dst, num_nodes: int, device):
         call()
     if not configs or not configs[-1]:
         return None
-    for t in r["all"]:  # grid order: parameters that resolve alike run the same kernel
-        params = {k: t[k] for k in PARAM_KEYS}
-        resolved = torch.ops.pyg_fast.segment_schedule_resolve(
-            tuning.SCHEDULES[params["schedule"]], params["max_lanes"], params["threads"], params["chunk"], num_edges,
-            num_nodes, num_features, 4, num_features)
-        if list(resolved) == configs[-1]:
-            return t["ms"], params
-    return None
+    ms = kernel_ms(r, configs[-1])
+    if ms is None:
+        return None
+    return ms, next({k: t[k] for k in PARAM_KEYS} for t in r["all"]
+                    if t["ms"] == ms and resolved(r, t) == tuple(configs[-1]))
 
 
 @contextlib.contextmanager
