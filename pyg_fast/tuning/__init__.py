@@ -277,10 +277,9 @@ class Trial:
     or is read during a CUDA graph capture (the timing launches would be recorded into the graph,
     and events cannot be queried then)."""
     __slots__ = ("launches", "device", "events", "held", "tries")
-    # One warm timed launch a candidate picked 1.23-1.54x the sweep's best on inputs whose best
-    # took 5.6-12 us (H200: minibatch_reddit2_like F = 1, minibatch_arxiv_like F = 64, minesweeper
-    # F = 1; the row schedule's 8 lanes and 128 threads each time, where 32 and 256 were best):
-    # its data in L2 and no repeat, unlike the sweep's flushed, median-of-many timings.
+    # One warm timed launch a candidate (its data in L2, no repeat, unlike the sweeps' flushed
+    # median of many) settled at 1.21-1.36x the sweep's best on inputs of 11-12 us (H200:
+    # minibatch_arxiv_like F = 64, imdb_homogeneous F = 16, wordnet18rr F = 4); timed so, 1.00-1.05x (H100).
     ROUNDS = 5
     # The sleep a queued launch (flush, events and the op's host time): 1 M cycles, 1.5 ms on
     # H200 (655 k cycles a ms), covered 0.45-0.7 ms of queueing two rounds of four candidates.
