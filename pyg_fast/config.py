@@ -17,9 +17,9 @@
 
 ``measure_launches``
     Whether a graph reused in eager mode on CUDA times its table entry's candidate schedules
-    (``pyg_fast.tuning.TRIAL_CANDIDATES``) on its own data (``pyg_fast.tuning.Trial``) and keeps the fastest (the default;
-    with no synchronisation: the choice takes effect once the timings have reached the host, a call
-    or two later), or keeps the table's first pick. Off under
+    (``pyg_fast.tuning.TRIAL_CANDIDATES``) on its own data (``pyg_fast.tuning.Trial``) and keeps
+    the fastest (the default; with no synchronisation: the choice takes effect once the timings
+    have reached the host, a call or two later), or keeps the table's first pick. Off under
     ``torch.use_deterministic_algorithms``, where the schedule, and with it the order of each sum,
     must not depend on a timing.
 
