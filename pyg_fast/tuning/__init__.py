@@ -278,8 +278,8 @@ class Trial:
     and events cannot be queried then)."""
     __slots__ = ("launches", "device", "events", "held", "tries")
     # One warm timed launch a candidate (its data in L2, no repeat, unlike the sweeps' flushed
-    # median of many) settled at 1.21-1.36x the sweep's best on inputs of 11-12 us (H200:
-    # minibatch_arxiv_like F = 64, imdb_homogeneous F = 16, wordnet18rr F = 4); timed so, 1.00-1.05x (H100).
+    # median of many) settled on groups of 32 rows where 8 took 10.9 us, 1.21-1.25x (H200:
+    # imdb_homogeneous F = 16, wordnet18rr F = 4); timed so, on the best (H100).
     ROUNDS = 5
     # The sleep a queued launch (flush, events and the op's host time): 1 M cycles, 1.5 ms on
     # H200 (655 k cycles a ms), covered 0.45-0.7 ms of queueing two rounds of four candidates.
