@@ -231,6 +231,9 @@ def select(table, features, weights) -> dict:
     return consensus(nearest(table, features, weights), table, weights)
 
 
+PARAM_KEYS = ("schedule", "max_lanes", "threads", "chunk")
+
+
 def picked_ms(result, params):
     """The time ``result``'s sweep measured for the kernel that ``params`` run on its input: the
     lowest over the grid's parameters that resolve to the same launch (:func:`kernel_ms`); None
@@ -238,9 +241,6 @@ def picked_ms(result, params):
     if not any(all(t[k] == params[k] for k in PARAM_KEYS) for t in result["all"]):
         return None
     return kernel_ms(result, resolved(result, params))
-
-
-PARAM_KEYS = ("schedule", "max_lanes", "threads", "chunk")
 
 
 def resolved(result, params) -> tuple:

@@ -146,6 +146,7 @@ def test_consensus_and_candidates_are_what_the_neighbours_share():
     assert ranked(a, table, weights, 5, neighbours=1) == [edges, row, groups]
     assert ranked(a, table, weights, 2, neighbours=1) == [edges, row]
 
+
 def test_a_picks_time_is_the_lowest_reading_of_its_kernel_under_any_name():
     """Grid parameters that resolve to one launch on an input are one kernel: a pick's time is the
     lowest reading among them (at F = 1 a row of 8 or of 32 lanes is one lane), not the reading of

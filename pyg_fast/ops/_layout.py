@@ -58,10 +58,15 @@ def cached(tensor: Tensor, key: Tuple, compute: Callable[[], object]) -> object:
     entries, slot = _entries(tensor, key, create=True)
     value = entries.get(slot, _MISSING)
     if value is _MISSING:
-        if len(entries) > 64:  # an owner mutated in place many times: drop old versions
-            entries.clear()
+        _make_room(entries)
         value = entries[slot] = compute()
     return value
+
+
+def _make_room(entries: Dict) -> None:
+    """Before a new slot: an owner changed in place many times drops the entries of old versions."""
+    if len(entries) > 64:
+        entries.clear()
 
 
 def peek(tensor: Tensor, key: Tuple) -> object:
@@ -129,9 +134,10 @@ def use_count(tensor: Tensor, key: Tuple) -> int:
         return 1
     entries = _owner_entries(storage_owner(tensor), create=True)
     slot = ("uses", tensor._version) + key
-    if slot not in entries and len(entries) > 64:  # as in cached: an owner changed in place many times
-        entries.clear()
-    count = entries[slot] = entries.get(slot, 0) + 1
+    count = entries.get(slot, 0) + 1
+    if count == 1:
+        _make_room(entries)
+    entries[slot] = count
     return count
 
 

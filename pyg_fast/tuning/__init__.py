@@ -281,8 +281,8 @@ class Trial:
     # median of many) settled on groups of 32 rows where 8 took 10.9 us, 1.21-1.25x (H200:
     # imdb_homogeneous F = 16, wordnet18rr F = 4); timed so, on the best (H100).
     ROUNDS = 5
-    # The sleep a queued launch (flush, events and the op's host time): 1 M cycles, 1.5 ms on
-    # H200 (655 k cycles a ms), covered 0.45-0.7 ms of queueing two rounds of four candidates.
+    # The holding sleep per queued launch (its flush, events and the op's host time): 1 M cycles,
+    # 1.5 ms on H200 (655 k cycles a ms), covered 0.45-0.7 ms of queueing 2 rounds of 4 candidates.
     SLEEP_CYCLES_PER_LAUNCH = 125_000
     TRIES = 3
 
@@ -303,8 +303,8 @@ class Trial:
                 flush = torch.empty(2 * device_cache_bytes(self.device)[-1], dtype=torch.int8, device=self.device)
             except torch.OutOfMemoryError:  # a call near the memory's end: timed warm rather than failed
                 flush = None
-            launches = len(self.launches) * (1 + self.ROUNDS)
-            torch.cuda._sleep((self.SLEEP_CYCLES_PER_LAUNCH * launches) << self.tries)
+            queued = len(self.launches) * (1 + self.ROUNDS)
+            torch.cuda._sleep((self.SLEEP_CYCLES_PER_LAUNCH * queued) << self.tries)
             held = torch.cuda.Event()
             held.record(stream)
             for launch in self.launches:
