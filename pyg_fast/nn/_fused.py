@@ -114,7 +114,8 @@ class FusedLayer(DropIn):
 
     def _aggregate_neighbours(self, x_src: Tensor, x_dst: Optional[Tensor], edges, size) -> Tensor:
         """reduce over j -> i of w_ji * x_j: on the by-destination layout cached with the edges, or
-        for the first uses of a graph, with atomics (``coo_route``)."""
+        for the first uses of a graph, with atomics (``coo_route``); where recorded, a sum or mean
+        above the atomics' size takes the eager route inside one op (``_graph.kept_aggregate``)."""
         num_src, num_dst = _graph.num_nodes(x_src, x_dst, edges.sizes, size)
         reduce = self._reduce()
         edge_index = edges.edge_index
@@ -123,6 +124,8 @@ class FusedLayer(DropIn):
             src, dst, names = _graph.endpoints(edge_index, self.flow)
             weight = None if edges.value is None else weight_as(edges.value, x_src.dtype)
             return gather_scatter(x_src, src, dst, weight, num_dst, reduce, names)
+        if reduce in COO_REDUCES and edges.value is None and not _layout.eager(x_src, edge_index):
+            return _graph.kept_aggregate(x_src, edges, num_src, num_dst, self.flow, reduce)
         graph = _graph.by_destination(edges.edge_index, num_src, num_dst, self.flow, edges.sorted_by_destination,
                                       with_perm=edges.value is not None)
         weight = _graph.in_edge_order(edges.value, graph)

@@ -60,6 +60,12 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
         if edge_weight is None and not self.cached and coo_route(
                 edges.edge_index, ("gcn", num_nodes, self.flow), edges.edge_index.size(1) * self.out_channels):
             return self._propagate_coo(x, edges.edge_index, num_nodes)
+        if edge_weight is None and not self.cached and not _layout.eager(x, edges.edge_index):
+            inputs_first = self._inputs_first(x)
+            h = x if inputs_first else promoted(self.lin(x), x.dtype)
+            out = _graph.kept_aggregate(h, edges, num_nodes, num_nodes, self.flow, "sum",
+                                        "gcn_looped" if self.add_self_loops else "gcn")
+            return self._finish(out, inputs_first)
         graph, weight = self._normalized(edges.edge_index, edge_weight, num_nodes, x.dtype)
         if self.cached:
             norm_index = (_graph.with_self_loops(edges.edge_index, num_nodes) if self.add_self_loops
@@ -73,15 +79,15 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
         def compute():
             return _graph.gcn_normalized(edge_index, edge_weight, num_nodes, self.improved, self.add_self_loops,
                                          self.flow, dtype)
-        key = ("gcn_norm", num_nodes, self.improved, self.add_self_loops, self.flow, dtype)
         if edge_weight is None:
             if not _layout.eager(edge_index):
                 return _graph.recorded_gcn_normalized(edge_index, num_nodes, self.improved, self.add_self_loops,
                                                       self.flow, dtype, self.cached)
-            return _layout.cached(edge_index, key, compute)
+            return _graph.gcn_graph(edge_index, num_nodes, self.improved, self.add_self_loops, self.flow, dtype)
         if edge_weight.requires_grad and torch.is_grad_enabled():  # a fresh graph of the autograd tape
             return compute()
-        return _layout.cached_with(edge_index, edge_weight, key, compute)
+        return _layout.cached_with(edge_index, edge_weight,
+                                   ("gcn_norm", num_nodes, self.improved, self.add_self_loops, self.flow, dtype), compute)
 
     def _propagate_coo(self, x: Tensor, edge_index: Tensor, num_nodes: int) -> Tensor:
         """The layer on an unweighted graph's first uses, without grouping it: with d the
