@@ -191,30 +191,27 @@ def _(edge_index, num_nodes, improved, add_self_loops, flow, dtype, with_perm):
             torch.empty((E, 1), dtype=dtype, device=edge_index.device))
 
 
-def gcn_graph(edge_index: Tensor, num_nodes: int, improved: bool, add_self_loops: bool, flow: str,
+def gcn_graph(edge_index: Tensor, num_nodes: int, add_self_loops: bool, flow: str,
               dtype: torch.dtype) -> Tuple[Graph, Tensor]:
-    """``gcn_normalized`` of an unweighted ``edge_index``, cached with it."""
-    return _layout.cached(edge_index, ("gcn_norm", num_nodes, improved, add_self_loops, flow, dtype),
-                          lambda: gcn_normalized(edge_index, None, num_nodes, improved, add_self_loops, flow, dtype))
-
-
-# The graphs a recorded aggregation (``kept_aggregate``) is taken over: a layer's edges grouped by
-# destination, or GCN's normalised graph of an unweighted edge_index, with or without its loops.
-KEPT_GRAPHS = ("edges", "gcn", "gcn_looped")
+    """``gcn_normalized`` of an unweighted ``edge_index`` (``improved`` weighs only given
+    weights), cached with it."""
+    return _layout.cached(edge_index, ("gcn_norm", num_nodes, add_self_loops, flow, dtype),
+                          lambda: gcn_normalized(edge_index, None, num_nodes, False, add_self_loops, flow, dtype))
 
 
 def _kept_graph(kind: str, edge_index: Tensor, num_src: int, num_dst: int, flow: str, is_sorted: Optional[bool],
                 dtype: torch.dtype) -> Tuple[Graph, Optional[Tensor]]:
-    """(graph, its edge weights [E, 1] or None) of ``kind`` (``KEPT_GRAPHS``), cached with
-    ``edge_index`` as eager calls cache it."""
+    """(graph, its edge weights [E, 1] or None) of ``kind``, cached with ``edge_index`` as eager
+    calls cache it: "edges", a layer's edges grouped by destination; "gcn" / "gcn_looped", GCN's
+    normalised graph of an unweighted edge_index without / with its self loops."""
     if kind == "edges":
         return by_destination(edge_index, num_src, num_dst, flow, is_sorted, with_perm=False), None
-    return gcn_graph(edge_index, num_dst, False, kind == "gcn_looped", flow, dtype)
+    return gcn_graph(edge_index, num_dst, kind == "gcn_looped", flow, dtype)
 
 
 @python_op("kept_aggregate")
 def _kept_aggregate(x: Tensor, edge_index: Tensor, kind: str, num_src: int, num_dst: int, flow: str,
-                    is_sorted: Optional[bool], dtype: torch.dtype, reduce: str, transposed: bool) -> Tensor:
+                    is_sorted: Optional[bool], reduce: str, transposed: bool) -> Tensor:
     """The sum or mean over the edges j -> i of the graph ``kind`` (see ``_kept_graph``) of
     ``x[j]`` (``x`` [num_src, F]: [num_dst, F]), or with ``transposed`` its adjoint, what the
     gradient of ``x`` is (``x`` [num_dst, F]: [num_src, F]), where a graph is recorded. The graph,
@@ -222,7 +219,7 @@ def _kept_aggregate(x: Tensor, edge_index: Tensor, kind: str, num_src: int, num_
     recorded graph runs, as an eager call keeps them, and nothing leaves the op but its result: the
     layouts that the recorded graph itself grouped were copied out of their memo every step (a
     compiled GCN step on reddit2_like, 23 M edges, H100: 5.78 ms against 5.52 ms eager)."""
-    graph, weight = _kept_graph(kind, edge_index, num_src, num_dst, flow, is_sorted, dtype)
+    graph, weight = _kept_graph(kind, edge_index, num_src, num_dst, flow, is_sorted, x.dtype)
     if not transposed:
         return reduce_csr(x, graph.src, graph.ptr, weight, reduce)
     if reduce == "mean":
@@ -233,13 +230,13 @@ def _kept_aggregate(x: Tensor, edge_index: Tensor, kind: str, num_src: int, num_
 
 
 @torch.library.register_fake("pyg_fast::kept_aggregate")
-def _(x, edge_index, kind, num_src, num_dst, flow, is_sorted, dtype, reduce, transposed):
+def _(x, edge_index, kind, num_src, num_dst, flow, is_sorted, reduce, transposed):
     return x.new_empty(num_src if transposed else num_dst, x.size(1))
 
 
 def _kept_setup(ctx, inputs, output) -> None:
     ctx.save_for_backward(inputs[1])
-    ctx.args, ctx.transposed = inputs[2:9], inputs[9]
+    ctx.args, ctx.transposed = inputs[2:8], inputs[8]
 
 
 def _kept_backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], ...]:
@@ -247,19 +244,19 @@ def _kept_backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], ...]:
     destinations' degrees on either side)."""
     grad_x = torch.ops.pyg_fast.kept_aggregate(grad.contiguous(), ctx.saved_tensors[0], *ctx.args,
                                                not ctx.transposed)
-    return (grad_x,) + (None,) * 9
+    return (grad_x,) + (None,) * 8
 
 
 torch.library.register_autograd("pyg_fast::kept_aggregate", _kept_backward, setup_context=_kept_setup)
 
 
 def kept_aggregate(x: Tensor, edges: Edges, num_src: int, num_dst: int, flow: str, reduce: str,
-                   kind: str = "edges", dtype: Optional[torch.dtype] = None) -> Tensor:
-    """Where a layer is recorded (torch.compile), its sum or mean over the graph ``kind`` of an
-    unweighted ``edges`` (``KEPT_GRAPHS``; GCN's normalisation in ``dtype``), as one op
+                   kind: str = "edges") -> Tensor:
+    """Where a layer is recorded (torch.compile), its sum or mean of ``x`` over the graph ``kind``
+    of an unweighted ``edges`` (see ``_kept_graph``; GCN's weights in ``x``'s dtype), as one op
     (``pyg_fast::kept_aggregate``) whose body is the eager route."""
     return torch.ops.pyg_fast.kept_aggregate(x, edges.edge_index, kind, num_src, num_dst, flow,
-                                             edges.sorted_by_destination, dtype or x.dtype, reduce, False)
+                                             edges.sorted_by_destination, reduce, False)
 
 
 def recorded_gcn_normalized(edge_index: Tensor, num_nodes: int, improved: bool, add_self_loops: bool, flow: str,

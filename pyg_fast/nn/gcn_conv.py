@@ -83,7 +83,7 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
             if not _layout.eager(edge_index):
                 return _graph.recorded_gcn_normalized(edge_index, num_nodes, self.improved, self.add_self_loops,
                                                       self.flow, dtype, self.cached)
-            return _graph.gcn_graph(edge_index, num_nodes, self.improved, self.add_self_loops, self.flow, dtype)
+            return _graph.gcn_graph(edge_index, num_nodes, self.add_self_loops, self.flow, dtype)
         if edge_weight.requires_grad and torch.is_grad_enabled():  # a fresh graph of the autograd tape
             return compute()
         return _layout.cached_with(edge_index, edge_weight,
