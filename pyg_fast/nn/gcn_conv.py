@@ -1,3 +1,5 @@
+from typing import Tuple
+
 import torch
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
@@ -61,8 +63,7 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
                 edges.edge_index, ("gcn", num_nodes, self.flow), edges.edge_index.size(1) * self.out_channels):
             return self._propagate_coo(x, edges.edge_index, num_nodes)
         if edge_weight is None and not self.cached and not _layout.eager(x, edges.edge_index):
-            inputs_first = self._inputs_first(x)
-            h = x if inputs_first else promoted(self.lin(x), x.dtype)
+            h, inputs_first = self._unweighted_input(x)
             out = _graph.kept_aggregate(h, edges, num_nodes, num_nodes, self.flow, "sum",
                                         "gcn_looped" if self.add_self_loops else "gcn")
             return self._finish(out, inputs_first)
@@ -94,9 +95,7 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
         degrees (loops included) and h' = d^-1/2 h, out = d^-1/2 (sum over j -> i of h'_j + h'_i),
         PyG's normalisation factored so that no per-edge weight is built. PyG replaces existing
         loops by one per node: here they weigh 0 and the loop term adds h'_i once."""
-        inputs_first = self._inputs_first(x)
-        # PyG normalises in x's dtype (a half degree count is off past 256)
-        h = x if inputs_first else promoted(self.lin(x), x.dtype)
+        h, inputs_first = self._unweighted_input(x)
         src, dst, names = _graph.endpoints(edge_index, self.flow)
 
         def normalisation():
@@ -122,6 +121,12 @@ class GCNConv(FusedLayer, pyg_nn.GCNConv):
             h = promoted(h, weight.dtype)
         out = reduce_csr(h, graph.src, graph.ptr, None if weight is None else weight_as(weight, h.dtype), "sum")
         return self._finish(out, inputs_first)
+
+    def _unweighted_input(self, x: Tensor) -> Tuple[Tensor, bool]:
+        """(what an unweighted graph propagates: ``x``, or ``lin(x)`` in ``x``'s dtype, in which PyG
+        normalises (a half degree count is off past 256); whether ``lin`` comes after)."""
+        inputs_first = self._inputs_first(x)
+        return (x if inputs_first else promoted(self.lin(x), x.dtype)), inputs_first
 
     def _inputs_first(self, x: Tensor) -> bool:
         """Whether to propagate ``x`` and apply ``lin`` after (the same linear map; PyG applies it
