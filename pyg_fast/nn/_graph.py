@@ -14,7 +14,7 @@ from torch_geometric import EdgeIndex
 from torch_geometric.utils import is_torch_sparse_tensor
 
 from pyg_fast.ops import _layout
-from pyg_fast.ops._kernels import gather_rows, reduce_csr, reduce_rows, weight_in_order
+from pyg_fast.ops._kernels import gather_rows, reduce_csr, reduce_rows, sum_by_source
 from pyg_fast.ops._python_ops import python_op
 
 
@@ -224,9 +224,7 @@ def _kept_aggregate(x: Tensor, edge_index: Tensor, kind: str, num_src: int, num_
         return reduce_csr(x, graph.src, graph.ptr, weight, reduce)
     if reduce == "mean":
         x = x / _layout.segment_sizes(graph.ptr, x.dtype)
-    t = _layout.transposed_layout(graph.src, graph.ptr, num_src, with_perm=weight is not None)
-    return reduce_csr(x, t.dst_index, t.ptr, None if weight is None else weight_in_order(weight, x.dtype, t.perm),
-                      "sum")
+    return sum_by_source(x, graph.src, graph.ptr, weight, num_src, weight_is_data=True)
 
 
 @torch.library.register_fake("pyg_fast::kept_aggregate")

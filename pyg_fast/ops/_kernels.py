@@ -335,15 +335,23 @@ def _gather_backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
     if need_x and coo_route(src_index, ("transposed", N), E * F):  # no regrouping of a graph's first uses
         grad_x = gather_scatter(grad_out, _layout.ptr_to_index(ptr, E), src_index.long(), weight, N, "sum", None)
     elif need_x:
-        t = _layout.transposed_layout(src_index, ptr, N, with_perm=weight is not None)
-        # kept with the order where it is data (every backward over a reused graph, every slice)
-        w_t = None if weight is None else weight_in_order(weight, weight.dtype, t.perm, ctx.weight_is_data)
-        grad_x = reduce_csr(grad_out, t.dst_index, t.ptr, w_t, "sum")
+        grad_x = sum_by_source(grad_out, src_index, ptr, weight, N, ctx.weight_is_data)
     if need_w:
         dst_index = _layout.ptr_to_index(ptr, E)
         grad_w = run(torch.ops.pyg_fast.sddmm, grad_out.view(V, H, F // H), x.view(N, H, F // H), dst_index,
                      src_index.long(), "dot")
     return grad_x, None, None, grad_w, None, None, None
+
+
+def sum_by_source(grad_out: Tensor, src_index: Tensor, ptr: Tensor, weight: Optional[Tensor], num_src: int,
+                  weight_is_data: bool) -> Tensor:
+    """The adjoint of :func:`reduce_csr`'s sum over (``src_index``, ``ptr``): ``grad_out`` [V, F]
+    summed into the ``num_src`` sources, weighted by ``weight`` [E, H] (None: 1), on the grouping
+    by source kept with ``src_index``, and the weight in that order kept with it as
+    :func:`weight_in_order` keeps it (``weight_is_data``: no gradient reaches it)."""
+    t = _layout.transposed_layout(src_index, ptr, num_src, with_perm=weight is not None)
+    w_t = None if weight is None else weight_in_order(weight, weight.dtype, t.perm, weight_is_data)
+    return reduce_csr(grad_out, t.dst_index, t.ptr, w_t, "sum")
 
 
 register_autograd("pyg_fast::index_segment_reduce", _gather_backward, _gather_setup)
